@@ -1,0 +1,181 @@
+"""One engine step's input to the builder, as plain data.
+
+A :class:`Batch` holds only ints and lists of ints, so it prints readably when
+Hypothesis shrinks a failure and serialises to JSON as a regression case.
+:meth:`Batch.tensors` turns it into the builder's arguments on a device, and
+:func:`build` runs a target on it into freshly poisoned persistent buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import policy
+
+POISON = -99
+"""Fill value of every buffer before a build: anything still -99 was not written."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The arguments of one ``build_c128a_topk_metadata`` call, engine-shaped.
+
+    Tokens are ordered decode first, then prefill. ``block_table`` holds the
+    rows of decode requests only; it is passed as the first ``len(row)``
+    columns of a table whose row stride is ``block_table_row_stride`` (a slice
+    of a wider table, as vLLM passes it). ``slot_mapping`` may be longer than
+    T; negative entries mark CUDA-graph padding tokens.
+    """
+
+    positions: tuple[int, ...]
+    num_decode_tokens: int
+    token_to_req_indices: tuple[int, ...]
+    block_table: tuple[tuple[int, ...], ...]
+    slot_mapping: tuple[int, ...]
+    max_model_len: int
+    capacity: int
+    width: int
+    buffer_rows: int
+    block_table_row_stride: int = 0  # 0: dense, the table's own width
+    compress_ratio: int = policy.COMPRESS_RATIO
+    block_size: int = 2
+    table_junk: int = -7  # fills the table's columns past its width
+    labels: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.positions)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return self.num_tokens - self.num_decode_tokens
+
+    @property
+    def table_width(self) -> int:
+        return len(self.block_table[0]) if self.block_table else 0
+
+    @property
+    def max_seq_len(self) -> int:
+        """Longest sequence seen by the batch: last position + 1."""
+        return max(self.positions, default=-1) + 1
+
+    def with_width(self, width: int) -> "Batch":
+        return dataclasses.replace(self, width=width)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["block_table"] = [list(row) for row in self.block_table]
+        for key in ("positions", "token_to_req_indices", "slot_mapping", "labels"):
+            data[key] = list(data[key])
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Batch":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise KeyError(f"unknown Batch field(s): {', '.join(unknown)}")
+        values = dict(data)
+        values["block_table"] = tuple(tuple(int(v) for v in row) for row in data["block_table"])
+        for key in ("positions", "token_to_req_indices", "slot_mapping", "labels"):
+            if key in values:
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+    def tensors(self, device: torch.device | str) -> "BatchTensors":
+        rows = len(self.block_table)
+        width = self.table_width
+        stride = max(self.block_table_row_stride, width, 1)
+        wide = torch.full((max(rows, 1), stride), self.table_junk, dtype=torch.int32)
+        if rows and width:
+            wide[:rows, :width] = torch.tensor(self.block_table, dtype=torch.int32)
+        table = wide.to(device)[:rows, :width]
+        return BatchTensors(
+            positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+            token_to_req_indices=torch.tensor(
+                self.token_to_req_indices, dtype=torch.int32, device=device
+            ),
+            block_table=table,
+            slot_mapping=torch.tensor(self.slot_mapping, dtype=torch.int64, device=device),
+        )
+
+
+@dataclass
+class BatchTensors:
+    positions: torch.Tensor
+    token_to_req_indices: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+
+
+@dataclass
+class Buffers:
+    """The persistent buffers: [rows, capacity] decode and prefill, [rows] lens."""
+
+    global_decode: torch.Tensor
+    decode_lens: torch.Tensor
+    prefill: torch.Tensor
+
+    @classmethod
+    def allocate(
+        cls, rows: int, capacity: int, device: torch.device | str, fill: int = POISON
+    ) -> "Buffers":
+        return cls(
+            global_decode=torch.full((rows, capacity), fill, dtype=torch.int32, device=device),
+            decode_lens=torch.full((rows,), fill, dtype=torch.int32, device=device),
+            prefill=torch.full((rows, capacity), fill, dtype=torch.int32, device=device),
+        )
+
+    def clone(self) -> "Buffers":
+        return Buffers(self.global_decode.clone(), self.decode_lens.clone(), self.prefill.clone())
+
+    def as_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.global_decode, self.decode_lens, self.prefill
+
+
+@dataclass
+class BuildResult:
+    """What a build returned and the buffers it wrote into."""
+
+    batch: Batch
+    width: int
+    views: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    buffers: Buffers
+
+
+def call_builder(builder, batch: Batch, tensors: BatchTensors, buffers: Buffers, width: int):
+    """Call a ``build_c128a_topk_metadata`` with vLLM's argument order."""
+    return builder(
+        tensors.positions,
+        batch.compress_ratio,
+        batch.num_decode_tokens,
+        tensors.token_to_req_indices,
+        tensors.block_table,
+        batch.block_size,
+        tensors.slot_mapping,
+        buffers.global_decode,
+        buffers.decode_lens,
+        buffers.prefill,
+        width,
+    )
+
+
+def build(
+    builder,
+    batch: Batch,
+    device: torch.device | str,
+    *,
+    width: int | None = None,
+    buffers: Buffers | None = None,
+) -> BuildResult:
+    """Run ``builder`` on ``batch`` at ``width`` (the batch's own by default)
+    into ``buffers`` (fresh, poisoned with :data:`POISON`, by default)."""
+    width = batch.width if width is None else width
+    if buffers is None:
+        buffers = Buffers.allocate(batch.buffer_rows, batch.capacity, device)
+    views = call_builder(builder, batch, batch.tensors(device), buffers, width)
+    return BuildResult(batch=batch, width=width, views=tuple(views), buffers=buffers)

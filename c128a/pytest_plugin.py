@@ -1,0 +1,140 @@
+"""pytest plugin: target and device options, Hypothesis profiles, markers.
+
+Registered through the ``pytest11`` entry point. Importing this module
+imports nothing heavy; the device is chosen in ``pytest_configure`` before
+any kernel module is imported (Triton's interpreter must be switched on
+first), and the target is loaded right after.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+DEVICE_ENV = "C128A_DEVICE"
+MARKERS = (
+    "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
+    "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
+    "slow: long-running checks (mutant matrix, fuzz smoke runs)",
+)
+
+_state_key = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("c128a", "C128A metadata kernel suite")
+    group.addoption(
+        "--c128a-target",
+        metavar="SPEC",
+        default=None,
+        help="implementation under test: triton (default), reference, vllm, MODULE or "
+        "MODULE:ATTR; falls back to $C128A_TARGET",
+    )
+    group.addoption(
+        "--c128a-device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="where kernels run; default CUDA when available, else the CPU under "
+        "Triton's interpreter; falls back to $C128A_DEVICE",
+    )
+
+
+def header_lines(
+    spec: str, origin: str, device: str, interpreter: bool, profile: str, unavailable: str | None
+) -> list[str]:
+    """The report header, as plain ``key: value`` lines."""
+    target = f"c128a target: {spec} (from {origin})"
+    if unavailable:
+        target += f" -- UNAVAILABLE, tests that need it skip: {unavailable}"
+    device_line = f"c128a device: {device}" + (" (Triton interpreter)" if interpreter else "")
+    return [target, device_line, f"c128a hypothesis profile: {profile}"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+
+    from hypothesis import settings
+
+    from c128a import profiles
+
+    profiles.register_profiles()
+    profile = config.getoption("hypothesis_profile", None)
+    if not profile:
+        # Hypothesis's own plugin loads an explicit --hypothesis-profile later.
+        profile = profiles.default_profile()
+        settings.load_profile(profile)
+
+    from c128a.device import DeviceError, interpreter_on, use_device
+
+    device_choice = config.getoption("c128a_device") or os.environ.get(DEVICE_ENV) or None
+    try:
+        device = use_device(device_choice)
+    except DeviceError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from exc
+
+    from c128a.targets import TargetSpecError, TargetUnavailable, load_target, resolve_spec
+
+    spec, origin = resolve_spec(config.getoption("c128a_target"))
+    target, unavailable = None, None
+    try:
+        target = load_target(spec)
+    except TargetSpecError as exc:
+        raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
+    except TargetUnavailable as exc:
+        unavailable = str(exc)
+    config.stash[_state_key] = {
+        "spec": spec,
+        "origin": origin,
+        "device": device,
+        "interpreter": interpreter_on(),
+        "profile": profile,
+        "target": target,
+        "unavailable": unavailable,
+    }
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(_state_key, None)
+    if state is None:
+        return []
+    return header_lines(
+        state["spec"],
+        state["origin"],
+        state["device"],
+        state["interpreter"],
+        state["profile"],
+        state["unavailable"],
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    state = item.config.stash[_state_key]
+    if item.get_closest_marker("cuda") and state["device"] != "cuda":
+        from c128a.device import cuda_available
+
+        reason = (
+            "needs CUDA: running with --c128a-device=cpu"
+            if cuda_available()
+            else "needs CUDA: no GPU here (torch.cuda.is_available() is False)"
+        )
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def c128a_device(pytestconfig: pytest.Config):
+    """The torch.device the suite runs on."""
+    import torch
+
+    return torch.device(pytestconfig.stash[_state_key]["device"])
+
+
+@pytest.fixture(scope="session")
+def c128a_target(pytestconfig: pytest.Config):
+    """The target under test; skips (with the import error) when unavailable."""
+    state = pytestconfig.stash[_state_key]
+    if state["target"] is None:
+        pytest.skip(f"target {state['spec']!r} unavailable: {state['unavailable']}")
+    return state["target"]

@@ -1,0 +1,197 @@
+"""Checks at the public boundary.
+
+Public entry points call these before touching any buffer, so a rejected call
+leaves every buffer as it was. Messages name the argument, its value, the rule
+and, where there is one, the fix. Internal code trusts its inputs and uses
+plain ``assert`` for its own invariants.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class InvalidArgument(ValueError):
+    """An argument breaks the contract; nothing was written."""
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidArgument(message)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    check(
+        isinstance(value, int) and not isinstance(value, bool),
+        f"{name}={value!r} must be an int",
+    )
+    check(value > 0, f"{name}={value} must be > 0")
+    return value
+
+
+def check_tensor(
+    name: str,
+    tensor: object,
+    *,
+    dtype: torch.dtype,
+    ndim: int,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    check(
+        isinstance(tensor, torch.Tensor),
+        f"{name} must be a torch.Tensor, got {type(tensor).__name__}",
+    )
+    check(
+        tensor.dtype == dtype,
+        f"{name}.dtype={tensor.dtype} must be {dtype}",
+    )
+    check(
+        tensor.dim() == ndim,
+        f"{name} must have {ndim} dimension(s), got shape {tuple(tensor.shape)}",
+    )
+    if device is not None:
+        check(
+            tensor.device == device,
+            f"{name} is on {tensor.device} but positions is on {device}; "
+            "every tensor must be on one device",
+        )
+    return tensor
+
+
+def check_unit_last_stride(name: str, tensor: torch.Tensor) -> None:
+    if tensor.numel() == 0 or tensor.shape[-1] <= 1:
+        return
+    check(
+        tensor.stride(-1) == 1,
+        f"{name}.stride(-1)={tensor.stride(-1)} must be 1 "
+        "(rows must be dense; pass a row slice of a contiguous buffer)",
+    )
+
+
+def check_build_arguments(
+    positions,
+    compress_ratio,
+    num_decode_tokens,
+    token_to_req_indices,
+    block_table,
+    block_size,
+    slot_mapping,
+    global_decode_buffer,
+    decode_lens_buffer,
+    prefill_buffer,
+    max_compressed_tokens,
+) -> None:
+    """Reject any call of ``build_c128a_topk_metadata`` outside the contract.
+
+    Runs before any write. The value checks (positions, request indices, table
+    width) read device tensors, so they synchronise: the price of a test
+    subject that refuses instead of reading out of bounds.
+    """
+    positions = check_tensor("positions", positions, dtype=torch.int64, ndim=1)
+    device = positions.device
+    num_tokens = positions.shape[0]
+    ratio = check_positive_int("compress_ratio", compress_ratio)
+    block = check_positive_int("block_size", block_size)
+    check(
+        isinstance(max_compressed_tokens, int) and not isinstance(max_compressed_tokens, bool),
+        f"max_compressed_tokens={max_compressed_tokens!r} must be an int",
+    )
+    width = max_compressed_tokens
+    check(width > 0, f"max_compressed_tokens={width} must be > 0")
+    check(
+        width % 128 == 0,
+        f"max_compressed_tokens={width} must be a multiple of 128 (FlashMLA's "
+        f"decode tile); the next valid width is {-(-width // 128) * 128}",
+    )
+    check(
+        isinstance(num_decode_tokens, int) and not isinstance(num_decode_tokens, bool),
+        f"num_decode_tokens={num_decode_tokens!r} must be an int",
+    )
+    check(
+        0 <= num_decode_tokens <= num_tokens,
+        f"num_decode_tokens={num_decode_tokens} must be in [0, T={num_tokens}] "
+        "(T = len(positions))",
+    )
+    num_decode = num_decode_tokens
+    num_prefill = num_tokens - num_decode
+
+    req = check_tensor(
+        "token_to_req_indices", token_to_req_indices, dtype=torch.int32, ndim=1, device=device
+    )
+    check(
+        req.shape[0] >= num_tokens,
+        f"token_to_req_indices has {req.shape[0]} entries but T={num_tokens} tokens need one each",
+    )
+    table = check_tensor("block_table", block_table, dtype=torch.int32, ndim=2, device=device)
+    check_unit_last_stride("block_table", table)
+    slots = check_tensor("slot_mapping", slot_mapping, dtype=torch.int64, ndim=1, device=device)
+    check(
+        slots.shape[0] >= num_tokens,
+        f"slot_mapping has {slots.shape[0]} entries, shorter than T={num_tokens}",
+    )
+
+    decode_buf = check_tensor(
+        "global_decode_buffer", global_decode_buffer, dtype=torch.int32, ndim=2, device=device
+    )
+    lens_buf = check_tensor(
+        "decode_lens_buffer", decode_lens_buffer, dtype=torch.int32, ndim=1, device=device
+    )
+    prefill_buf = check_tensor(
+        "prefill_buffer", prefill_buffer, dtype=torch.int32, ndim=2, device=device
+    )
+    for name, buf in (("global_decode_buffer", decode_buf), ("prefill_buffer", prefill_buf)):
+        check(
+            buf.stride(-1) == 1,
+            f"{name}.stride(-1)={buf.stride(-1)} must be 1 (the consumers read dense rows)",
+        )
+        check(
+            width <= buf.shape[1],
+            f"max_compressed_tokens={width} is wider than {name} "
+            f"({buf.shape[1]} columns); the width must be <= the buffer's capacity",
+        )
+    check(
+        decode_buf.shape[0] >= num_decode,
+        f"global_decode_buffer has {decode_buf.shape[0]} rows, fewer than "
+        f"num_decode_tokens={num_decode}",
+    )
+    check(
+        lens_buf.shape[0] >= num_decode,
+        f"decode_lens_buffer has {lens_buf.shape[0]} entries, fewer than "
+        f"num_decode_tokens={num_decode}",
+    )
+    check(
+        prefill_buf.shape[0] >= num_prefill,
+        f"prefill_buffer has {prefill_buf.shape[0]} rows, fewer than the "
+        f"{num_prefill} prefill tokens (T - num_decode_tokens)",
+    )
+
+    if num_tokens == 0:
+        return
+    first_negative = _first_index(positions < 0)
+    check(
+        first_negative is None,
+        f"positions[{first_negative}] is negative; positions must be >= 0",
+    )
+    if num_decode == 0:
+        return
+    decode_req = req[:num_decode]
+    bad_req = _first_index((decode_req < 0) | (decode_req >= table.shape[0]))
+    if bad_req is not None:
+        raise InvalidArgument(
+            f"token_to_req_indices[{bad_req}]={int(decode_req[bad_req])} but block_table has "
+            f"{table.shape[0]} rows; every decode token's request needs a block-table row"
+        )
+    lengths = torch.clamp((positions[:num_decode] + 1) // ratio, max=width)
+    pages_needed = (lengths + block - 1) // block
+    bad_row = _first_index(pages_needed > table.shape[1])
+    if bad_row is not None:
+        raise InvalidArgument(
+            f"decode token {bad_row} (position {int(positions[bad_row])}) attends to "
+            f"{int(lengths[bad_row])} compressed entries, which needs "
+            f"{int(pages_needed[bad_row])} block-table columns; block_table has {table.shape[1]}"
+        )
+
+
+def _first_index(mask: torch.Tensor) -> int | None:
+    hits = torch.nonzero(mask)
+    return int(hits[0, 0]) if hits.numel() else None
