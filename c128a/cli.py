@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 SUBCOMMANDS = {
     "fuzz": ("c128a.fuzz", "run the property suite and the serving-loop machine for a time"),
@@ -44,13 +45,22 @@ def prepare(args: argparse.Namespace, spec: str | None = None):
     try:
         device = use_device(args.device or os.environ.get("C128A_DEVICE") or None)
     except DeviceError as exc:
-        raise SystemExit(f"c128a: {exc}") from exc
+        usage_error(str(exc))
     spec, origin = resolve_spec(spec if spec is not None else args.target)
     try:
         target = load_target(spec)
     except (TargetSpecError, TargetUnavailable) as exc:
-        raise SystemExit(f"c128a: {exc} (target from {origin})") from exc
+        usage_error(f"{exc} (target from {origin})")
     return device, target, origin
+
+
+USAGE_ERROR = 2
+"""Exit status for bad arguments or set-up; 1 means the target failed a check."""
+
+
+def usage_error(message: str) -> NoReturn:
+    print(f"c128a: {message}", file=sys.stderr)
+    raise SystemExit(USAGE_ERROR)
 
 
 def build_parser() -> argparse.ArgumentParser:

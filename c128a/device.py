@@ -11,7 +11,8 @@ import os
 import sys
 
 INTERPRET_ENV = "TRITON_INTERPRET"
-KERNEL_MODULES = ("c128a.kernel", "c128a.mutants", "c128a.graph_cuda", "c128a.bench")
+# Modules that decorate @triton.jit functions when imported.
+KERNEL_MODULES = ("c128a.kernel", "c128a.baseline", "c128a.mutant_kernels", "c128a.graph_cuda")
 
 
 class DeviceError(RuntimeError):

@@ -1,0 +1,201 @@
+"""Case files: writing, validating, replaying, and ``c128a replay``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from c128a import cases, cli, reference
+from c128a.batch import Batch, build
+
+THRESHOLD = 1000
+
+
+@dataclass(frozen=True)
+class StandInProperty:
+    name: str
+    strategy: Callable
+    check: Callable
+
+
+def lens_match_reference(target, batch: Batch, device) -> None:
+    expected = build(reference.build_c128a_topk_metadata, batch, device)
+    actual = build(target.build_c128a_topk_metadata, batch, device)
+    want, got = expected.views[1], actual.views[1]
+    if not torch.equal(want, got):
+        row = int((want != got).nonzero()[0, 0])
+        raise AssertionError(
+            f"decode_lens row {row}: expected {int(want[row])}, actual {int(got[row])} "
+            f"(position {batch.positions[row]}, request {batch.token_to_req_indices[row]}, "
+            f"W={batch.width})"
+        )
+
+
+STANDIN_PROPERTIES = {"lens": StandInProperty("lens", None, lens_match_reference)}
+
+
+def _lens_off_by_one(*args):
+    views = reference.build_c128a_topk_metadata(*args)
+    views[1][args[0][: args[2]] >= THRESHOLD] += 1
+    return views
+
+
+# Importable by spec, for `c128a replay` in a subprocess-free CLI call.
+lens_mutant = SimpleNamespace(build_c128a_topk_metadata=_lens_off_by_one)
+MUTANT_SPEC = f"{__name__}:lens_mutant"
+PROPERTIES_SPEC = f"{__name__}:STANDIN_PROPERTIES"
+
+
+def one_token_batch(position: int) -> Batch:
+    return Batch(
+        positions=(position,),
+        num_decode_tokens=1,
+        token_to_req_indices=(0,),
+        block_table=(tuple(range(64)),),
+        slot_mapping=(position,),
+        max_model_len=128 * 128,
+        capacity=128,
+        width=128,
+        buffer_rows=1,
+        block_table_row_stride=80,
+        labels=("decode only",),
+    )
+
+
+def make_case(position: int = THRESHOLD, **overrides) -> cases.Case:
+    values = dict(property="lens", target=MUTANT_SPEC, kind="failure",
+                  failure="AssertionError: decode_lens differs", batch=one_token_batch(position),
+                  device="cpu", seed=7, reproduce_blob="AXicY2BgAAAABAAB")
+    values.update(overrides)
+    return cases.new_case(**values)
+
+
+def test_case_round_trips_through_json(tmp_path):
+    case = make_case()
+    path, new = cases.write_case(case, tmp_path)
+    assert new and path.name == cases.case_filename(case)
+    assert path.name.startswith("lens-")
+    loaded = cases.load_case(path)
+    assert loaded == case
+    data = json.loads(path.read_text())
+    assert data["format"] == cases.CASE_FORMAT
+    assert data["batch"]["block_table_row_stride"] == 80
+    assert set(data["versions"]) == {"c128a", "torch", "triton", "hypothesis", "python"}
+
+
+@given(st.integers(0, 128 * 128 - 1), st.text(max_size=20))
+def test_same_inputs_give_one_file_whatever_the_message(position, message):
+    first = make_case(position)
+    again = make_case(position, failure=message, seed=99)
+    assert cases.case_filename(first) == cases.case_filename(again)
+    assert cases.case_filename(first) != cases.case_filename(make_case(position + 1))
+
+
+def test_a_saved_failure_is_not_written_twice(tmp_path):
+    path, new = cases.write_case(make_case(), tmp_path)
+    again, new_again = cases.write_case(make_case(failure="other words"), tmp_path)
+    assert (new, new_again) == (True, False) and again == path
+    assert "other words" not in path.read_text()
+
+
+def _malformed(tmp_path: Path, edit) -> Path:
+    data = make_case().to_json()
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.update(format="c128a-case/0"), "format"),
+        (lambda d: d.pop("property"), "property"),
+        (lambda d: d.update(kind="boom"), "kind"),
+        (lambda d: d.update(batch=None), "batch"),
+        (lambda d: d["batch"].pop("positions"), "batch.positions"),
+        (lambda d: d["batch"].update(positions=[1, "2"]), "batch.positions"),
+        (lambda d: d["batch"].update(width=128.0), "batch.width"),
+        (lambda d: d["batch"].update(block_table=[[1, 2], [3]]), "batch.block_table"),
+        (lambda d: d["batch"].update(colour="red"), "batch.colour"),
+        (lambda d: d.update(seed="7"), "seed"),
+    ],
+)
+def test_malformed_case_names_the_file_and_the_field(tmp_path, edit, field):
+    path = _malformed(tmp_path, edit)
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(path)
+    assert raised.value.field == field
+    assert str(path) in str(raised.value) and repr(field) in str(raised.value)
+
+
+def test_a_file_that_is_not_json_is_named(tmp_path):
+    path = tmp_path / "torn.json"
+    path.write_text('{"format": "c128a-case/1", ')
+    with pytest.raises(cases.CaseError, match="torn.json.*not JSON"):
+        cases.load_case(path)
+
+
+def test_replay_reports_the_diff_and_passes_once_fixed():
+    case = make_case()
+    still = cases.replay_case(case, lens_mutant, "cpu", properties=STANDIN_PROPERTIES)
+    assert not still.passed
+    assert "expected 7, actual 8" in still.report and "position 1000" in still.report
+    fixed = cases.replay_case(case, SimpleNamespace(
+        build_c128a_topk_metadata=reference.build_c128a_topk_metadata), "cpu",
+        properties=STANDIN_PROPERTIES)
+    assert fixed.passed
+
+
+def test_replay_of_an_unknown_property_names_the_field():
+    with pytest.raises(cases.CaseError, match="'property'.*'gone'"):
+        cases.replay_case(make_case(property="gone"), lens_mutant, "cpu",
+                          properties=STANDIN_PROPERTIES)
+
+
+def test_replay_command_exit_status_and_output(tmp_path, capsys):
+    path, _ = cases.write_case(make_case(), tmp_path)
+
+    assert cli.main(["replay", str(path), "--device", "cpu", "--properties", PROPERTIES_SPEC]) == 1
+    out = capsys.readouterr().out
+    assert "STILL FAILS" in out and "expected 7, actual 8" in out
+    assert f"target:   {MUTANT_SPEC} (from the case)" in out
+
+    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference",
+                     "--properties", PROPERTIES_SPEC]) == 0
+    assert "PASSES now" in capsys.readouterr().out
+
+
+def test_replay_command_runs_the_other_files_past_a_malformed_one(tmp_path, capsys):
+    bad = _malformed(tmp_path, lambda d: d["batch"].pop("capacity"))
+    good, _ = cases.write_case(make_case(), tmp_path)
+    status = cli.main(["replay", str(bad), str(good), "--device", "cpu", "--target", "reference",
+                       "--properties", PROPERTIES_SPEC])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert "bad.json" in captured.err and "'batch.capacity'" in captured.err
+    assert "PASSES now" in captured.out
+
+
+def test_regression_tests_isolate_a_malformed_file(pytester):
+    """tests/test_regressions.py on a folder with one good and one broken case."""
+    source = (Path(__file__).parent / "test_regressions.py").read_text()
+    pytester.makepyfile(test_regressions=source)
+    folder = pytester.mkdir("regressions")
+    good = make_case(property="matches_oracle", target="reference")
+    cases.write_case(good, folder)
+    broken = good.to_json()
+    del broken["batch"]["capacity"]
+    (folder / "broken.json").write_text(json.dumps(broken))
+
+    result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=reference")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*broken.json*field 'batch.capacity': missing*"])
