@@ -435,7 +435,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         device = use_device(args.device or os.environ.get("C128A_DEVICE") or None)
     except DeviceError as exc:
-        raise SystemExit(f"c128a: {exc}") from exc
+        from .cli import usage_error
+
+        usage_error(str(exc))
     still_failing = malformed = False
     for file in args.files:
         try:

@@ -1,12 +1,14 @@
 """The adaptive-width Triton kernel.
 
 One launch writes every token's list at the active width W into buffers
-whose row stride stays at the capacity C. The grid tiles (tokens x columns):
-each program owns BLOCK_T tokens and BLOCK_W columns, so work scales with
-T * W and no lane runs past W. Every scalar that varies from step to step
-(width, token counts, strides) is excluded from Triton's specialisation key,
-so a warmed-up kernel never recompiles mid-inference; the tile sizes are the
-only compile-time constants and do not depend on the batch.
+whose row stride stays at the capacity C. Work scales with T * W and no lane
+runs past W: below 1,024 columns programs write blocks of a few whole rows in
+128-column tiles (W is a multiple of 128), from 1,024 columns one program
+writes one 1,024-column run of one row. Every scalar that varies from step to
+step (width, token counts, strides) is excluded from Triton's specialisation
+key, and the choice between the two shapes is a runtime branch, so a
+warmed-up kernel never recompiles mid-inference; the tile sizes are the only
+compile-time constants and do not depend on the batch.
 
 Import this module only after choosing the device: on the CPU, Triton's
 interpreter must be switched on (``TRITON_INTERPRET=1``) before the kernel is
@@ -34,6 +36,134 @@ RUNTIME_SCALARS = (
 )
 
 
+@triton.jit
+def _divmod_small(x, divisor, inverse):
+    # x // divisor and x % divisor for 0 <= x < 2**22 through one float
+    # multiply and a correction: exact there, and no integer division.
+    quotient = (x.to(tl.float32) * inverse).to(tl.int32)
+    remainder = x - quotient * divisor
+    quotient = tl.where(remainder >= divisor, quotient + 1, quotient)
+    remainder = tl.where(remainder >= divisor, remainder - divisor, remainder)
+    quotient = tl.where(remainder < 0, quotient - 1, quotient)
+    remainder = tl.where(remainder < 0, remainder + divisor, remainder)
+    return quotient, remainder
+
+
+@triton.jit
+def _write_tile(
+    tokens,
+    columns,
+    lengths,
+    is_token,
+    num_decode_tokens,
+    width,
+    block_size,
+    inverse_block_size,
+    token_to_req_ptr,
+    block_table_ptr,
+    slot_mapping_ptr,
+    decode_ptr,
+    decode_lens_ptr,
+    prefill_ptr,
+    table_row_stride,
+    decode_row_stride,
+    prefill_row_stride,
+    has_decode,
+    has_prefill,
+    writes_lens,
+):
+    # One tile: tokens [R] x columns [K]. A tile of decode tokens only skips
+    # the prefill code and the other way round.
+    active = columns[None, :] < lengths[:, None]
+    in_width = columns < width
+    if has_decode:
+        is_decode = is_token & (tokens < num_decode_tokens)
+        requests = tl.load(token_to_req_ptr + tokens, mask=is_decode, other=0).to(tl.int64)
+        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
+        # Block-table entries are read only for active columns.
+        pages = tl.load(
+            block_table_ptr + requests[:, None] * table_row_stride + page_columns[None, :],
+            mask=is_decode[:, None] & active,
+            other=0,
+        )
+        tl.store(
+            decode_ptr + tokens.to(tl.int64)[:, None] * decode_row_stride + columns[None, :],
+            tl.where(active, pages * block_size + offsets[None, :], -1),
+            mask=is_decode[:, None] & in_width[None, :],
+        )
+        if writes_lens:
+            slot_ids = tl.load(slot_mapping_ptr + tokens, mask=is_decode, other=0)
+            tl.store(decode_lens_ptr + tokens, tl.where(slot_ids < 0, 0, lengths), mask=is_decode)
+    if has_prefill:
+        is_prefill = is_token & (tokens >= num_decode_tokens)
+        rows = (tokens - num_decode_tokens).to(tl.int64)
+        tl.store(
+            prefill_ptr + rows[:, None] * prefill_row_stride + columns[None, :],
+            tl.where(active, columns[None, :], -1),
+            mask=is_prefill[:, None] & in_width[None, :],
+        )
+
+
+@triton.jit
+def _write_runs(
+    positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
+    decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
+    block_size, inverse_block_size, table_row_stride, decode_row_stride,
+    prefill_row_stride, WIDE_W: tl.constexpr,
+):
+    # One program per (token, run of WIDE_W columns).
+    chunks = tl.cdiv(width, WIDE_W)
+    program = tl.program_id(0)
+    token = program // chunks
+    chunk = program - token * chunks
+    tokens = token + tl.arange(0, 1)
+    columns = chunk * WIDE_W + tl.arange(0, WIDE_W)
+    position = tl.load(positions_ptr + tokens)
+    lengths = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
+    _write_tile(
+        tokens, columns, lengths, tokens < num_tokens, num_decode_tokens, width,
+        block_size, inverse_block_size, token_to_req_ptr, block_table_ptr,
+        slot_mapping_ptr, decode_ptr, decode_lens_ptr, prefill_ptr, table_row_stride,
+        decode_row_stride, prefill_row_stride,
+        token < num_decode_tokens, token >= num_decode_tokens, chunk == 0,
+    )
+
+
+@triton.jit
+def _write_row_blocks(
+    positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
+    decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
+    block_size, inverse_block_size, table_row_stride, decode_row_stride,
+    prefill_row_stride, BLOCK_T: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    # Programs stride over blocks of BLOCK_T tokens, BLOCK_W columns a tile.
+    num_blocks = tl.cdiv(num_tokens, BLOCK_T)
+    step = tl.num_programs(0)
+    block = tl.program_id(0)
+    tokens = block * BLOCK_T + tl.arange(0, BLOCK_T)
+    positions = tl.load(positions_ptr + tokens, mask=tokens < num_tokens, other=0)
+    while block < num_blocks:
+        # Fetch the next block's positions before writing this one, so the
+        # load's latency hides behind the stores.
+        next_tokens = tokens + step * BLOCK_T
+        next_positions = tl.load(positions_ptr + next_tokens, mask=next_tokens < num_tokens, other=0)
+        # One division per token, not per element; n(t) <= W fits 32 bits.
+        lengths = tl.minimum((positions + 1) // compress_ratio, width).to(tl.int32)
+        first_token = block * BLOCK_T
+        for start in range(0, width, BLOCK_W):
+            _write_tile(
+                tokens, start + tl.arange(0, BLOCK_W), lengths, tokens < num_tokens,
+                num_decode_tokens, width, block_size, inverse_block_size,
+                token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
+                decode_lens_ptr, prefill_ptr, table_row_stride, decode_row_stride,
+                prefill_row_stride, first_token < num_decode_tokens,
+                first_token + BLOCK_T > num_decode_tokens, start == 0,
+            )
+        block += step
+        tokens = next_tokens
+        positions = next_positions
+
+
 @triton.jit(do_not_specialize=RUNTIME_SCALARS)
 def c128a_topk_kernel(
     positions_ptr,
@@ -53,56 +183,55 @@ def c128a_topk_kernel(
     prefill_row_stride,
     BLOCK_T: tl.constexpr,
     BLOCK_W: tl.constexpr,
+    WIDE_W: tl.constexpr,
 ):
-    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    columns = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    is_token = tokens < num_tokens
-    is_decode = is_token & (tokens < num_decode_tokens)
-    is_prefill = is_token & (tokens >= num_decode_tokens)
-    in_width = columns < width
-
-    positions = tl.load(positions_ptr + tokens, mask=is_token, other=0)
-    lengths = tl.minimum((positions + 1) // compress_ratio, width)
-    active = columns[None, :] < lengths[:, None]
-
-    # Decode rows: slot ids through the request's block-table row, read only
-    # where the column is active.
-    requests = tl.load(token_to_req_ptr + tokens, mask=is_decode, other=0).to(tl.int64)
-    pages = tl.load(
-        block_table_ptr + requests[:, None] * table_row_stride + (columns // block_size)[None, :],
-        mask=is_decode[:, None] & active,
-        other=0,
-    )
-    slots = pages * block_size + (columns % block_size)[None, :]
-    tl.store(
-        decode_ptr + tokens.to(tl.int64)[:, None] * decode_row_stride + columns[None, :],
-        tl.where(active, slots, -1),
-        mask=is_decode[:, None] & in_width[None, :],
-    )
-
-    # Prefill rows: local indices 0..n(t)-1.
-    prefill_rows = (tokens - num_decode_tokens).to(tl.int64)
-    tl.store(
-        prefill_ptr + prefill_rows[:, None] * prefill_row_stride + columns[None, :],
-        tl.where(active, columns[None, :], -1),
-        mask=is_prefill[:, None] & in_width[None, :],
-    )
-
-    if tl.program_id(1) == 0:
-        slot_ids = tl.load(slot_mapping_ptr + tokens, mask=is_decode, other=0)
-        lens = tl.where(slot_ids < 0, 0, lengths)
-        tl.store(decode_lens_ptr + tokens, lens.to(tl.int32), mask=is_decode)
+    # Two shapes of work in one compiled kernel, chosen by a runtime branch on
+    # W (a constexpr would compile one variant per width):
+    # - W >= WIDE_W: one program per (token, WIDE_W columns), so long rows are
+    #   written in long contiguous runs and each block-table gather has many
+    #   loads in flight;
+    # - W < WIDE_W: programs stride over blocks of BLOCK_T tokens and write
+    #   each row in BLOCK_W-column tiles, so no lane idles (W is a multiple of
+    #   128) and the rows in flight stay neighbours in memory.
+    inverse_block_size = 1.0 / block_size.to(tl.float32)
+    if width >= WIDE_W:
+        _write_runs(
+            positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
+            decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
+            block_size, inverse_block_size, table_row_stride, decode_row_stride,
+            prefill_row_stride, WIDE_W,
+        )
+    else:
+        _write_row_blocks(
+            positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
+            decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
+            block_size, inverse_block_size, table_row_stride, decode_row_stride,
+            prefill_row_stride, BLOCK_T, BLOCK_W,
+        )
 
 
 def _interpreting() -> bool:
     return type(c128a_topk_kernel).__name__ == "InterpretedFunction"
 
 
-# The interpreter pays per program, not per element: bigger tiles there.
-TILE = (32, 1024) if _interpreting() else (8, 128)
+# (BLOCK_T, BLOCK_W, WIDE_W). The interpreter pays per program and per loop
+# step, not per element: wide tiles there.
+TILE = (32, 1024, 1024) if _interpreting() else (4, 128, 1024)
+NUM_WARPS = 4
+PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
+MAX_WIDTH = 1 << 22  # _divmod_small is exact below this
+
+_sm_counts: dict[int, int] = {}
 
 
-def launch(
+def _multiprocessors(device: torch.device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+def launch_tiled(
     positions,
     compress_ratio,
     num_decode_tokens,
@@ -114,14 +243,25 @@ def launch(
     decode_lens_buffer,
     prefill_buffer,
     width,
+    *,
+    tile: tuple[int, int, int],
+    num_warps: int,
+    programs_per_sm: int,
 ) -> None:
-    """Launch without validation (benchmarks); callers guarantee the contract."""
+    """:func:`launch` with an explicit tile, warp count and persistence (for
+    tuning). None of these depends on the batch."""
     num_tokens = positions.shape[0]
     if num_tokens == 0:
         return
-    block_t, block_w = TILE
-    grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(width, block_w))
-    c128a_topk_kernel[grid](
+    assert 0 < width < MAX_WIDTH, f"width={width} out of range"
+    block_t, block_w, wide_w = tile
+    if width >= wide_w:
+        programs = num_tokens * triton.cdiv(width, wide_w)
+    else:
+        programs = triton.cdiv(num_tokens, block_t)
+        if programs_per_sm and positions.device.type == "cuda":
+            programs = min(programs, programs_per_sm * _multiprocessors(positions.device))
+    c128a_topk_kernel[(programs,)](
         positions,
         token_to_req_indices,
         block_table,
@@ -139,7 +279,67 @@ def launch(
         prefill_buffer.stride(0),
         BLOCK_T=block_t,
         BLOCK_W=block_w,
+        WIDE_W=wide_w,
+        num_warps=num_warps,
     )
+
+
+def launch(
+    positions,
+    compress_ratio,
+    num_decode_tokens,
+    token_to_req_indices,
+    block_table,
+    block_size,
+    slot_mapping,
+    global_decode_buffer,
+    decode_lens_buffer,
+    prefill_buffer,
+    width,
+) -> None:
+    """Launch without validation (benchmarks); callers guarantee the contract."""
+    launch_tiled(
+        positions,
+        compress_ratio,
+        num_decode_tokens,
+        token_to_req_indices,
+        block_table,
+        block_size,
+        slot_mapping,
+        global_decode_buffer,
+        decode_lens_buffer,
+        prefill_buffer,
+        width,
+        tile=TILE,
+        num_warps=NUM_WARPS,
+        programs_per_sm=PROGRAMS_PER_SM,
+    )
+
+
+def compiled_variant_count(jit_function, device: torch.device | str | int) -> int:
+    """How many compiled variants ``jit_function`` holds for a CUDA device.
+
+    Reads Triton's in-memory compile cache: ``JITFunction.device_caches`` maps
+    a device index to a tuple whose first item is the dict of compiled kernels
+    (Triton 3.3 to 3.9). The interpreter compiles nothing and has no such
+    cache, so this raises ``TypeError`` there.
+    """
+    caches = getattr(jit_function, "device_caches", None)
+    if caches is None:
+        raise TypeError(
+            f"{jit_function!r} has no device_caches (Triton's interpreter compiles nothing); "
+            "count compiled variants on a CUDA device"
+        )
+    if isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in caches:  # device_caches is a defaultdict: do not create an entry
+        return 0
+    kernel_cache = caches[index][0]
+    assert isinstance(kernel_cache, dict), type(kernel_cache)
+    return len(kernel_cache)
 
 
 def build_c128a_topk_metadata(
@@ -194,3 +394,9 @@ def build_c128a_topk_metadata(
         num_decode_tokens,
         max_compressed_tokens,
     )
+
+
+@triton.jit
+def empty_kernel(scratch_ptr):
+    """Does nothing: its time is a launch's, the floor of any small shape."""
+    pass

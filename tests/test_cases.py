@@ -161,23 +161,23 @@ def test_replay_of_an_unknown_property_names_the_field():
                           properties=STANDIN_PROPERTIES)
 
 
-def test_replay_command_exit_status_and_output(tmp_path, capsys):
+def test_replay_command_exit_status_and_output(tmp_path, capsys, c128a_device):
     path, _ = cases.write_case(make_case(), tmp_path)
 
-    assert cli.main(["replay", str(path), "--device", "cpu", "--properties", PROPERTIES_SPEC]) == 1
+    assert cli.main(["replay", str(path), "--device", c128a_device.type, "--properties", PROPERTIES_SPEC]) == 1
     out = capsys.readouterr().out
     assert "STILL FAILS" in out and "expected 7, actual 8" in out
     assert f"target:   {MUTANT_SPEC} (from the case)" in out
 
-    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference",
+    assert cli.main(["replay", str(path), "--device", c128a_device.type, "--target", "reference",
                      "--properties", PROPERTIES_SPEC]) == 0
     assert "PASSES now" in capsys.readouterr().out
 
 
-def test_replay_command_runs_the_other_files_past_a_malformed_one(tmp_path, capsys):
+def test_replay_command_runs_the_other_files_past_a_malformed_one(tmp_path, capsys, c128a_device):
     bad = _malformed(tmp_path, lambda d: d["batch"].pop("capacity"))
     good, _ = cases.write_case(make_case(), tmp_path)
-    status = cli.main(["replay", str(bad), str(good), "--device", "cpu", "--target", "reference",
+    status = cli.main(["replay", str(bad), str(good), "--device", c128a_device.type, "--target", "reference",
                        "--properties", PROPERTIES_SPEC])
     captured = capsys.readouterr()
     assert status == 2

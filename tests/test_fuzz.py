@@ -275,10 +275,10 @@ def test_hung_worker_is_killed_restarted_and_its_input_kept(tmp_path, monkeypatc
     assert case.kind == "hang" and "--example-timeout" in case.failure
 
 
-def test_command_line_run_against_a_real_mutant_then_replay(tmp_path, capsys):
+def test_command_line_run_against_a_real_mutant_then_replay(tmp_path, capsys, c128a_device):
     """The whole loop with the real properties: fuzz a mutant, save, replay, fix."""
     status = cli.main([
-        "fuzz", "--target", "c128a.mutants:off_by_one_length", "--device", "cpu",
+        "fuzz", "--target", "c128a.mutants:off_by_one_length", "--device", c128a_device.type,
         "--exitfirst", "--max-examples", "300", "--workers", "1", "--seed", "3",
         "--only", "matches_oracle", "--no-stateful", "--no-live",
         "--db", str(tmp_path / "db"), "--cases-dir", str(tmp_path / "cases"),
@@ -290,9 +290,9 @@ def test_command_line_run_against_a_real_mutant_then_replay(tmp_path, capsys):
     assert report["totals"]["failures"] == 1
     [saved] = cases.case_files(tmp_path / "cases")
     capsys.readouterr()
-    assert cli.main(["replay", str(saved), "--device", "cpu"]) == 1
+    assert cli.main(["replay", str(saved), "--device", c128a_device.type]) == 1
     assert "matches_oracle" in capsys.readouterr().out
-    assert cli.main(["replay", str(saved), "--device", "cpu", "--target", "triton"]) == 0
+    assert cli.main(["replay", str(saved), "--device", c128a_device.type, "--target", "triton"]) == 0
 
 
 def test_unknown_target_aborts_with_the_reason(tmp_path):

@@ -1,0 +1,198 @@
+"""No recompiles mid-inference: after one warm-up at the largest width, no
+width the policy can produce, token count, row stride or block-table stride
+makes Triton compile the kernel again (the bug that hung one tensor-parallel
+rank in a compile at >524K context).
+
+On CUDA the compiled-variant cache is counted directly; the same sweep
+against ``c128a.mutant_kernels:width_specialised`` (width as ``tl.constexpr``)
+must grow it. On the CPU, where the interpreter compiles nothing, the kernel's
+signature is checked instead, and the mutant is shown to be exact in values,
+so compile counting is what catches it.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from c128a import policy
+from c128a.batch import Batch, build
+
+CAPACITY = 8192  # 1M context
+BLOCK_SIZE = 2
+ROWS = 320
+
+
+def _kernel_and_launch(name: str):
+    """(JIT function, launch) of the project's kernel or the width mutant."""
+    if name == "project":
+        from c128a import kernel
+
+        return kernel.c128a_topk_kernel, kernel.launch
+    from c128a.mutant_kernels import width_specialised
+
+    return width_specialised.jit_kernel, width_specialised.launch
+
+
+def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table):
+    """Valid arguments for ``launch``: positions spread over [0, W * R + R)."""
+    num_tokens = num_decode + num_prefill
+    span = min(width * policy.COMPRESS_RATIO, table.shape[1] * BLOCK_SIZE * policy.COMPRESS_RATIO)
+    index = torch.arange(num_tokens, dtype=torch.int64, device=device)
+    positions = (index * 7919 + width) % (span + policy.COMPRESS_RATIO - 1)
+    requests = (torch.arange(num_tokens, device=device) % max(table.shape[0], 1)).to(torch.int32)
+    slot_mapping = torch.where(index % 5 == 4, -1, index)
+    lens = torch.empty(ROWS, dtype=torch.int32, device=device)
+    return (
+        positions, policy.COMPRESS_RATIO, num_decode, requests, table, BLOCK_SIZE,
+        slot_mapping, decode_buffer, lens, prefill_buffer, width,
+    )
+
+
+def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int, int]:
+    """Warm ``name``'s kernel once at the largest width, then launch it at
+    every reachable width with varied token counts, buffer row strides and
+    block-table strides: (variants after warm-up, variants after the sweep)."""
+    from c128a.kernel import compiled_variant_count
+
+    jit_kernel, launch = _kernel_and_launch(name)
+    pages = CAPACITY // BLOCK_SIZE
+    dense = torch.zeros(ROWS, CAPACITY, dtype=torch.int32, device=device)
+    padded = torch.zeros(ROWS, CAPACITY + 3, dtype=torch.int32, device=device)[:, :CAPACITY]
+    prefill_dense = torch.zeros_like(dense)
+    tables = [
+        torch.arange(64 * pages, dtype=torch.int32, device=device).view(64, pages),
+        torch.zeros(64, pages + 16, dtype=torch.int32, device=device)[:, :pages],
+        torch.zeros(64, pages + 1, dtype=torch.int32, device=device)[:, :pages],
+        torch.zeros(1, 1, dtype=torch.int32, device=device),  # stride 1: one page
+    ]
+
+    launch(*_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
+    torch.cuda.synchronize(device)
+    warmed = compiled_variant_count(jit_kernel, device)
+
+    token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33)]
+    for width in policy.reachable_widths(CAPACITY):
+        for num_decode, num_prefill in token_counts:
+            for table in tables:
+                for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
+                    launch(*_launch_arguments(
+                        device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table
+                    ))
+    torch.cuda.synchronize(device)
+    return warmed, compiled_variant_count(jit_kernel, device)
+
+
+@pytest.mark.cuda
+def test_warmed_kernel_never_recompiles(c128a_device):
+    warmed, after = compiled_variants_around_sweep("project", c128a_device)
+    assert warmed >= 1, "the compiled-variant count saw no variant after the warm-up launch"
+    assert after == warmed, (
+        f"the kernel compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}: "
+        "some width, token count or stride is in Triton's specialisation key"
+    )
+
+
+@pytest.mark.cuda
+def test_width_specialised_mutant_is_caught_by_compile_counting(c128a_device):
+    warmed, after = compiled_variants_around_sweep("width_specialised", c128a_device)
+    assert after > warmed, (
+        f"a kernel with the width as tl.constexpr compiled no new variant ({warmed} -> {after}); "
+        "the compile count cannot see width specialisation"
+    )
+
+
+def _parameter_kinds(jit_kernel) -> tuple[set[str], set[str], set[str]]:
+    """(runtime scalars, constexprs, do_not_specialize names) of a kernel,
+    compiled (JITFunction) or interpreted (InterpretedFunction)."""
+    parameters = list(inspect.signature(jit_kernel.fn).parameters.values())
+    names = [p.name for p in parameters]
+    constexprs = {p.name for p in parameters if "constexpr" in str(p.annotation)}
+    scalars = {n for n in names if not n.endswith("_ptr") and n not in constexprs}
+    unspecialised = getattr(jit_kernel, "do_not_specialize", None)
+    if unspecialised is None:  # the interpreter keeps the decorator's arguments
+        unspecialised = jit_kernel.kwargs.get("do_not_specialize") or ()
+    return scalars, constexprs, {names[i] if isinstance(i, int) else i for i in unspecialised}
+
+
+def specialisation_problems(jit_kernel, tile_constexprs: set[str]) -> list[str]:
+    """Why ``jit_kernel`` could compile a new variant for a new batch: a
+    runtime scalar left specialisable, or a compile-time constant other than
+    the tile sizes."""
+    scalars, constexprs, unspecialised = _parameter_kinds(jit_kernel)
+    problems = [f"{n} is not in do_not_specialize" for n in sorted(scalars - unspecialised)]
+    problems += [f"{n} is a constexpr" for n in sorted(constexprs - tile_constexprs)]
+    return problems
+
+
+def test_every_runtime_scalar_is_unspecialised():
+    from c128a import kernel
+
+    scalars, constexprs, _ = _parameter_kinds(kernel.c128a_topk_kernel)
+    assert scalars == set(kernel.RUNTIME_SCALARS)
+    assert constexprs == {"BLOCK_T", "BLOCK_W", "WIDE_W"}
+    assert specialisation_problems(kernel.c128a_topk_kernel, {"BLOCK_T", "BLOCK_W", "WIDE_W"}) == []
+
+
+def test_baseline_kernel_specialises_on_nothing_from_the_batch():
+    from c128a import baseline
+
+    assert specialisation_problems(baseline.baseline_topk_kernel, {"COLUMNS"}) == []
+
+
+def test_signature_check_flags_the_width_mutant():
+    from c128a.mutant_kernels import width_specialised
+
+    problems = specialisation_problems(width_specialised.jit_kernel, {"BLOCK_T", "BLOCK_W"})
+    assert problems == ["WIDTH is a constexpr"]
+
+
+@st.composite
+def small_batches(draw) -> Batch:
+    """Small valid batches at any reachable width of a small capacity, decode
+    requests of 1..3 tokens then prefill tokens. Shrinks towards fewer tokens,
+    position 0 and the smallest width."""
+    capacity = draw(st.sampled_from([128, 256, 384]))
+    width = draw(st.sampled_from(policy.reachable_widths(capacity)))
+    tokens_per_request = draw(st.lists(st.integers(1, 3), max_size=4))
+    num_decode = sum(tokens_per_request)
+    num_prefill = draw(st.integers(0, 6))
+    max_position = capacity * policy.COMPRESS_RATIO + policy.COMPRESS_RATIO - 1
+    positions = draw(
+        st.lists(
+            st.integers(0, max_position),
+            min_size=num_decode + num_prefill,
+            max_size=num_decode + num_prefill,
+        )
+    )
+    table_width = capacity // BLOCK_SIZE
+    bases = [draw(st.integers(0, 1 << 20)) for _ in tokens_per_request]
+    requests = [r for r, n in enumerate(tokens_per_request) for _ in range(n)]
+    return Batch(
+        positions=tuple(positions),
+        num_decode_tokens=num_decode,
+        token_to_req_indices=tuple(requests + [len(bases)] * num_prefill),
+        block_table=tuple(tuple(base + 3 * j for j in range(table_width)) for base in bases),
+        slot_mapping=tuple(draw(st.integers(-1, 50)) for _ in positions),
+        max_model_len=capacity * policy.COMPRESS_RATIO,
+        capacity=capacity,
+        width=width,
+        buffer_rows=num_decode + num_prefill + 1,
+        block_table_row_stride=table_width + draw(st.integers(0, 3)),
+    )
+
+
+@settings(max_examples=15)
+@given(batch=small_batches())
+def test_width_specialised_mutant_is_exact_in_values(batch, c128a_device):
+    from c128a import reference
+    from c128a.mutant_kernels import width_specialised
+
+    got = build(width_specialised.build_c128a_topk_metadata, batch, c128a_device).buffers
+    want = build(reference.build_c128a_topk_metadata, batch, c128a_device).buffers
+    for name, g, w in zip(("global_decode", "decode_lens", "prefill"), got.as_tuple(), want.as_tuple()):
+        assert torch.equal(g, w), f"{name} differs from the oracle at W={batch.width}"
