@@ -13,6 +13,7 @@ import os
 import pytest
 
 DEVICE_ENV = "C128A_DEVICE"
+STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
@@ -38,6 +39,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where kernels run; default CUDA when available, else the CPU under "
         "Triton's interpreter; falls back to $C128A_DEVICE",
     )
+    group.addoption(
+        "--c128a-strict-sentinels",
+        action="store_true",
+        default=None,
+        help="also fail CUDA-graph replay tests when a consumer that trusts the -1 "
+        "sentinel (not decode_lens) would read stale columns [W, W_capture); off by "
+        "default; falls back to $C128A_STRICT_SENTINELS=1",
+    )
+
+
+def resolve_strict_sentinels(option: bool | None, env_value: str | None) -> tuple[bool, str]:
+    """(on, where it came from): the flag wins over the environment variable."""
+    if option:
+        return True, "--c128a-strict-sentinels"
+    value = (env_value or "").strip().lower()
+    if not value:
+        return False, "default"
+    if value in ("1", "true", "yes", "on"):
+        return True, f"${STRICT_SENTINELS_ENV}"
+    if value in ("0", "false", "no", "off"):
+        return False, f"${STRICT_SENTINELS_ENV}"
+    raise pytest.UsageError(
+        f"c128a: invalid value {env_value!r} from ${STRICT_SENTINELS_ENV}; use 1 (on) or 0 (off)"
+    )
+
+
+def strict_sentinels_line(on: bool, origin: str) -> str:
+    return f"c128a strict sentinels: {'on' if on else 'off'} (from {origin})"
 
 
 def header_lines(
@@ -85,6 +114,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
     except TargetUnavailable as exc:
         unavailable = str(exc)
+    strict_sentinels = resolve_strict_sentinels(
+        config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
+    )
     config.stash[_state_key] = {
         "spec": spec,
         "origin": origin,
@@ -93,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "profile": profile,
         "target": target,
         "unavailable": unavailable,
+        "strict_sentinels": strict_sentinels,
     }
 
 
@@ -107,7 +140,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["interpreter"],
         state["profile"],
         state["unavailable"],
-    )
+    ) + [strict_sentinels_line(*state["strict_sentinels"])]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -138,3 +171,9 @@ def c128a_target(pytestconfig: pytest.Config):
     if state["target"] is None:
         pytest.skip(f"target {state['spec']!r} unavailable: {state['unavailable']}")
     return state["target"]
+
+
+@pytest.fixture(scope="session")
+def c128a_strict_sentinels(pytestconfig: pytest.Config) -> bool:
+    """Whether the opt-in stale-sentinel replay check is on (--c128a-strict-sentinels)."""
+    return pytestconfig.stash[_state_key]["strict_sentinels"][0]
