@@ -13,6 +13,7 @@ import os
 import pytest
 
 DEVICE_ENV = "C128A_DEVICE"
+XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
 STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
@@ -80,6 +81,68 @@ def header_lines(
     return [target, device_line, f"c128a hypothesis profile: {profile}"]
 
 
+def _device_choice(config: pytest.Config) -> str | None:
+    return config.getoption("c128a_device") or os.environ.get(DEVICE_ENV) or None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` on a GPU machine: one worker per GPU, not one per core."""
+    if _device_choice(config) == "cpu":
+        return None
+    from c128a.gpus import visible_gpu_count
+
+    return visible_gpu_count() or None
+
+
+def xdist_worker_index(worker_id: str) -> int:
+    """``gw3`` -> 3 (pytest-xdist's worker ids)."""
+    if not worker_id.startswith("gw") or not worker_id[2:].isdigit():
+        raise pytest.UsageError(f"c128a: unexpected PYTEST_XDIST_WORKER={worker_id!r}")
+    return int(worker_id[2:])
+
+
+def pin_xdist_worker(env=os.environ) -> str | None:
+    """In an xdist worker of a GPU run, see only this worker's GPU.
+
+    Runs before anything touches CUDA. Returns the CUDA_VISIBLE_DEVICES value
+    set, or None outside a GPU xdist run (nothing changes without xdist).
+    """
+    worker_id = env.get("PYTEST_XDIST_WORKER")
+    gpu_count = env.get(XDIST_GPU_COUNT_ENV)
+    if not worker_id or not gpu_count:
+        return None
+    from c128a.gpus import gpu_for_worker, pin_to_gpu
+
+    return pin_to_gpu(gpu_for_worker(xdist_worker_index(worker_id), int(gpu_count)), env)
+
+
+def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
+    """Header line: which worker runs on which GPU."""
+    from c128a.gpus import gpu_for_worker
+
+    pairs = ", ".join(
+        f"gw{i}->GPU {visible[gpu_for_worker(i, len(visible))]}" for i in range(num_workers)
+    )
+    return f"c128a xdist GPUs: {pairs}"
+
+
+def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str | None:
+    """On the controller of a GPU run with workers: tell them how many GPUs there are."""
+    workers = config.getoption("numprocesses", None)
+    if not isinstance(workers, int) or workers < 1 or os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    if device_choice == "cpu":
+        return None
+    from c128a.gpus import visible_gpu_count, visible_ids
+
+    count = visible_gpu_count()
+    if not count:
+        return None
+    os.environ[XDIST_GPU_COUNT_ENV] = str(count)  # workers inherit the environment
+    return xdist_gpu_line(workers, visible_ids() or [str(i) for i in range(count)])
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
@@ -97,8 +160,15 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(profile)
 
     from c128a.device import DeviceError, interpreter_on, use_device
+    from c128a.gpus import GpuPinningError
 
-    device_choice = config.getoption("c128a_device") or os.environ.get(DEVICE_ENV) or None
+    device_choice = _device_choice(config)
+    try:
+        # Before anything initialises CUDA in this process.
+        pinned_gpu = pin_xdist_worker()
+        xdist_line = _prepare_xdist_gpus(config, device_choice)
+    except GpuPinningError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from exc
     try:
         device = use_device(device_choice)
     except DeviceError as exc:
@@ -126,6 +196,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "target": target,
         "unavailable": unavailable,
         "strict_sentinels": strict_sentinels,
+        "pinned_gpu": pinned_gpu,
+        "xdist_line": xdist_line,
     }
 
 
@@ -140,7 +212,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["interpreter"],
         state["profile"],
         state["unavailable"],
-    ) + [strict_sentinels_line(*state["strict_sentinels"])]
+    ) + [strict_sentinels_line(*state["strict_sentinels"])] + (
+        [state["xdist_line"]] if state["xdist_line"] else []
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -154,6 +228,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             else "needs CUDA: no GPU here (torch.cuda.is_available() is False)"
         )
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def c128a_pinned_gpu(pytestconfig: pytest.Config) -> str | None:
+    """The GPU this xdist worker was pinned to (CUDA_VISIBLE_DEVICES), or None."""
+    return pytestconfig.stash[_state_key]["pinned_gpu"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,91 @@
+"""One pytest-xdist worker per GPU: the pinning logic with a faked GPU count,
+and on a GPU machine the pinning itself."""
+
+import os
+import types
+
+import pytest
+
+from c128a import gpus, pytest_plugin
+from c128a.pytest_plugin import (
+    XDIST_GPU_COUNT_ENV,
+    pin_xdist_worker,
+    pytest_xdist_auto_num_workers,
+    xdist_gpu_line,
+)
+
+
+def fake_config(device=None, numprocesses=None):
+    options = {"c128a_device": device, "numprocesses": numprocesses}
+    return types.SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
+
+
+@pytest.mark.parametrize("count, expected", [(8, 8), (1, 1), (0, None)])
+def test_auto_means_one_worker_per_gpu(monkeypatch, count, expected):
+    monkeypatch.delenv("C128A_DEVICE", raising=False)
+    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: count)
+    assert pytest_xdist_auto_num_workers(fake_config()) == expected
+
+
+def test_auto_on_cpu_keeps_xdist_default(monkeypatch):
+    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 8)
+    assert pytest_xdist_auto_num_workers(fake_config(device="cpu")) is None
+
+
+@pytest.mark.parametrize(
+    "worker, count, visible, expected",
+    [("gw0", 4, None, "0"), ("gw5", 4, None, "1"), ("gw1", 2, "6,7", "7"), ("gw3", 3, "a,b,c", "a")],
+)
+def test_worker_pins_round_robin_through_visible_list(worker, count, visible, expected):
+    env = {"PYTEST_XDIST_WORKER": worker, XDIST_GPU_COUNT_ENV: str(count)}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    assert pin_xdist_worker(env) == expected
+    assert env["CUDA_VISIBLE_DEVICES"] == expected
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"PYTEST_XDIST_WORKER": "gw1"}, {XDIST_GPU_COUNT_ENV: "2"}],
+    ids=["no-xdist", "cpu-run-worker", "controller"],
+)
+def test_nothing_changes_outside_a_gpu_worker(env):
+    before = dict(env)
+    assert pin_xdist_worker(env) is None
+    assert env == before
+
+
+def test_malformed_worker_id_is_a_usage_error():
+    with pytest.raises(pytest.UsageError, match="PYTEST_XDIST_WORKER='main'"):
+        pin_xdist_worker({"PYTEST_XDIST_WORKER": "main", XDIST_GPU_COUNT_ENV: "2"})
+
+
+def test_header_names_each_workers_gpu():
+    assert xdist_gpu_line(3, ["4", "5"]) == "c128a xdist GPUs: gw0->GPU 4, gw1->GPU 5, gw2->GPU 4"
+
+
+def test_controller_exports_gpu_count_only_for_gpu_runs_with_workers(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv(XDIST_GPU_COUNT_ENV, raising=False)
+    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 2)
+    assert pytest_plugin._prepare_xdist_gpus(fake_config(numprocesses=0), None) is None
+    assert pytest_plugin._prepare_xdist_gpus(fake_config(numprocesses=2), "cpu") is None
+    assert XDIST_GPU_COUNT_ENV not in os.environ
+    line = pytest_plugin._prepare_xdist_gpus(fake_config(numprocesses=2), None)
+    assert line == "c128a xdist GPUs: gw0->GPU 0, gw1->GPU 1"
+    assert os.environ[XDIST_GPU_COUNT_ENV] == "2"
+
+
+@pytest.mark.cuda
+def test_worker_sees_only_its_gpu(c128a_pinned_gpu, record_property):
+    import torch
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = torch.cuda.get_device_name(0)
+    record_property("gpu", f"{worker}: CUDA_VISIBLE_DEVICES={c128a_pinned_gpu} {name}")
+    print(f"{worker}: CUDA_VISIBLE_DEVICES={c128a_pinned_gpu} device_count={torch.cuda.device_count()}")
+    if c128a_pinned_gpu is None:
+        pytest.skip("not an xdist worker of a GPU run (run with -n auto to see the pinning)")
+    assert torch.cuda.device_count() == 1
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == c128a_pinned_gpu
