@@ -1,0 +1,496 @@
+"""Hypothesis strategies for engine-shaped C128A builder inputs.
+
+Batches are drawn the way an engine schedules them, not as independent random
+arrays: a ``max_model_len`` and the capacity the target's policy derives from
+it, decode requests first (1..8 query tokens each, speculative decoding), then
+prefill chunks; each request's tokens are its last ``query_len`` positions;
+block tables hold unique shuffled page numbers with junk past the needed
+columns; CUDA-graph padding tokens carry a negative slot. Lengths are biased
+towards the edges where implementations break: ``(p + 1) % 128`` in {0, 1},
+``max_seq_len // 128`` at and around powers of two (where the width jumps),
+and sequences of exactly ``max_model_len``.
+
+Every strategy shrinks towards the smallest engine step it can describe:
+fewer requests, shorter sequences, identity page numbers, no padding, at a
+model length whose capacity (640) exceeds the smallest width.
+:data:`HISTORICAL_BATCHES` holds the contract's historical failures as
+concrete batches, for ``@example``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import event, strategies as st, target as hypothesis_target
+from hypothesis.control import currently_in_test_context
+from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
+
+from . import policy
+from .batch import Batch
+from .validation import check, check_positive_int
+
+__all__ = [
+    "EDGE_MAX_MODEL_LENS",
+    "HISTORICAL_BATCHES",
+    "MAX_QUERY_TOKENS_PER_DECODE",
+    "PAGE_PRIME",
+    "batches",
+    "block_tables",
+    "capacities",
+    "engine_batch",
+    "max_model_lens",
+    "sequence_lengths",
+]
+
+COMPRESS_RATIO = policy.COMPRESS_RATIO
+BLOCK_SIZE = 2  # compressed entries per 256-token KV page
+
+MAX_QUERY_TOKENS_PER_DECODE = 8
+"""One decode token plus up to 7 speculative draft tokens."""
+
+EDGE_MAX_MODEL_LENS = (
+    81_920,  # capacity 640, not a power of two: the shrink target (W = 128 < C)
+    1_048_576,  # capacity 8,192: the 1M edge
+    2_048,  # capacity 128 = the smallest width
+    16_384 + 1,  # capacity 256: one entry past a power of two
+    200_000,  # capacity 1,664
+    1_000_000,  # capacity 7,936
+)
+"""Model lengths where capacities and widths have broken before. The first
+is what shrinking aims for: a capacity above the smallest width, so a build
+at W = 128 leaves columns that must stay untouched."""
+
+PAGE_PRIME = 1_000_003
+"""Page numbers are an affine permutation modulo this prime: unique, shuffled,
+and small enough that ``page * block_size`` fits in int32."""
+
+
+def _in_test() -> bool:
+    return currently_in_test_context()
+
+
+def _event(label: str) -> None:
+    if _in_test():
+        event(label)
+
+
+def _target(value: float, label: str) -> None:
+    # target() may only be called once per label per test case; a test that
+    # draws several batches (a state machine) keeps the first observation.
+    if _in_test():
+        try:
+            hypothesis_target(value, label=label)
+        except HypothesisInvalidArgument:
+            pass
+
+
+def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
+    """A ``max_model_len`` in [1, max_value]: one of :data:`EDGE_MAX_MODEL_LENS`
+    (81,920 for capacity 640, 1M, capacities that are not powers of two), a
+    length of any magnitude from 2**14 (log-uniform, so capacities of every
+    size occur), or any length at all. Shrinks towards the first edge, 81,920 (C = 640)."""
+    check_positive_int("max_value", max_value)
+    edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
+    # Magnitudes from 2**14 up: below that every capacity is 128.
+    top = max_value.bit_length()
+    magnitudes = st.integers(min(15, top), top).flatmap(
+        lambda k: st.integers(max(1, 1 << (k - 1)), min(max_value, (1 << k) - 1))
+    )
+    choices = [st.sampled_from(edges)] if edges else []
+    return st.one_of(*choices, magnitudes, st.integers(1, max_value))
+
+
+def capacities(target=None, *, max_model_len: int | None = None) -> st.SearchStrategy[int]:
+    """The capacity C the target's policy (the project's when ``target`` is
+    None) gives a drawn ``max_model_len``, or the given one. Shrinks towards
+    the capacity of the smallest model length."""
+    capacity_width = policy.capacity_width if target is None else target.capacity_width
+    lens = st.just(max_model_len) if max_model_len is not None else max_model_lens()
+    return lens.map(lambda n: capacity_width(n, COMPRESS_RATIO))
+
+
+def _length_edges(max_len: int) -> list[int]:
+    """Sequence lengths at the edges: (p + 1) % 128 in {0, 1} for the last
+    position p = L - 1, L // 128 at and around powers of two, and max_len."""
+    edges = {max_len, max_len - 1, COMPRESS_RATIO - 1, COMPRESS_RATIO, COMPRESS_RATIO + 1}
+    power = 1
+    while power * COMPRESS_RATIO <= max_len + COMPRESS_RATIO:
+        base = power * COMPRESS_RATIO
+        edges.update((base - 1, base, base + 1, base + COMPRESS_RATIO - 1, base + COMPRESS_RATIO))
+        power *= 2
+    return sorted(v for v in edges if 1 <= v <= max_len)
+
+
+def sequence_lengths(max_len: int, *, min_len: int = 1) -> st.SearchStrategy[int]:
+    """A request's sequence length in [min_len, max_len], half the time at an
+    edge: last position p with (p + 1) % 128 in {0, 1}, ``L // 128`` at and
+    around powers of two (where W jumps), or exactly ``max_len``. Shrinks
+    towards ``min_len``."""
+    check_positive_int("max_len", max_len)
+    check(1 <= min_len <= max_len, f"min_len={min_len} must be in [1, max_len={max_len}]")
+    edges = [v for v in _length_edges(max_len) if v >= min_len]
+    choices = [st.integers(min_len, max_len)]
+    if edges:
+        choices.append(st.sampled_from(edges))
+    return st.one_of(*choices)
+
+
+@st.composite
+def block_tables(
+    draw, pages_needed: list[int], *, max_junk_columns: int = 3
+) -> tuple[tuple[int, ...], ...]:
+    """Block-table rows for requests needing ``pages_needed[i]`` pages each.
+
+    Page numbers are unique across the table and shuffled (an affine
+    permutation of 0..N-1 modulo :data:`PAGE_PRIME`); every row has the same
+    width, at least the largest need plus 0..``max_junk_columns`` extra
+    columns, and columns past a row's need hold junk (possibly negative or
+    huge), which a correct builder never reads. Shrinks towards pages
+    0, 1, 2, ... in order, no extra columns and junk -7.
+    """
+    if not pages_needed:
+        return ()
+    width = max(pages_needed) + draw(st.integers(0, max_junk_columns))
+    width = max(width, 1)
+    scale = draw(st.integers(1, PAGE_PRIME - 1))
+    offset = draw(st.integers(0, PAGE_PRIME - 1))
+    junk = draw(st.one_of(st.just(-7), st.integers(-(2**31), 2**31 - 1)))
+    rows = []
+    counter = 0
+    for need in pages_needed:
+        row = []
+        for column in range(width):
+            if column < need:
+                row.append((scale * counter + offset) % PAGE_PRIME)
+                counter += 1
+            else:
+                row.append(junk)
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class _Request:
+    seq_len: int
+    query_len: int
+
+    def positions(self) -> list[int]:
+        return list(range(self.seq_len - self.query_len, self.seq_len))
+
+
+def _pages_for(seq_len: int, block_size: int) -> int:
+    entries = seq_len // COMPRESS_RATIO
+    return -(-entries // block_size)
+
+
+@st.composite
+def _requests(draw, count_range, max_tokens, max_query, max_len):
+    low, high = count_range
+    count = draw(st.integers(low, high))
+    requests = []
+    budget = max_tokens
+    for _ in range(count):
+        if budget < 1:
+            break
+        query = draw(st.integers(1, max(1, min(max_query, budget, max_len))))
+        seq = draw(sequence_lengths(max_len, min_len=query))
+        requests.append(_Request(seq_len=seq, query_len=query))
+        budget -= query
+    return requests
+
+
+@st.composite
+def batches(
+    draw,
+    target=None,
+    *,
+    max_model_len: int | None = None,
+    max_tokens: int = 32,
+    max_buffer_rows: int = 64,
+    max_decode_requests: int = 6,
+    max_prefill_requests: int = 4,
+    max_prefill_chunk: int = 24,
+    min_decode_requests: int = 0,
+    min_prefill_requests: int = 0,
+    padding: bool = True,
+    widths: str = "any",
+    width: int | None = None,
+    steer: bool = False,
+) -> Batch:
+    """One engine step as a :class:`~c128a.batch.Batch`, the main entry point.
+
+    Draws a ``max_model_len`` (:func:`max_model_lens`, or the given one), the
+    capacity from ``target``'s policy (the project's when None), decode
+    requests (1..8 query tokens each) then prefill chunks (1..
+    ``max_prefill_chunk`` tokens), at most ``max_tokens`` tokens in all,
+    buffers of ``T..max_buffer_rows`` rows, a block table of decode rows
+    (:func:`block_tables`), sometimes as a slice of a wider table, and a
+    ``slot_mapping`` with CUDA-graph padding tokens (negative slots) at the
+    tail and sometimes inside, plus junk entries past T. The width is the
+    target's policy for the batch's longest sequence unless ``width`` is given;
+    with ``widths="any"`` (the default) two thirds of the batches instead
+    take a multiple of 128 narrower than the batch needs, or any width the
+    policy can reach for C (the
+    kernel-level contract holds at every width; n(t) = min(., W) clamps),
+    with ``widths="policy"`` none do.
+
+    Labels examples with ``event()`` (width bucket, decode/prefill mix,
+    padding). With ``steer=True`` it also reports ``target()`` scores (tokens,
+    width doublings) so that long runs' target phase climbs towards bigger
+    steps and wider W; off by default, because with a few dozen examples the
+    target phase spends them on near-copies of the biggest batch.
+    Shrinks towards T = 0 at max_model_len 81,920 (C = 640, so W = 128 < C):
+    no requests, short sequences, identity page numbers, no padding.
+    """
+    check(max_tokens >= 0, f"max_tokens={max_tokens} must be >= 0")
+    check(
+        max_buffer_rows >= max_tokens + MAX_QUERY_TOKENS_PER_DECODE,
+        f"max_buffer_rows={max_buffer_rows} must be >= max_tokens + 8 "
+        f"(= {max_tokens + MAX_QUERY_TOKENS_PER_DECODE}) to hold T tokens and tail padding",
+    )
+    capacity_width = policy.capacity_width if target is None else target.capacity_width
+    active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
+
+    model_len = draw(st.just(max_model_len) if max_model_len else max_model_lens())
+    capacity = capacity_width(model_len, COMPRESS_RATIO)
+
+    decode = draw(
+        _requests(
+            (min_decode_requests, max_decode_requests),
+            max_tokens - min_prefill_requests,
+            MAX_QUERY_TOKENS_PER_DECODE,
+            model_len,
+        )
+    )
+    used = sum(r.query_len for r in decode)
+    prefill = draw(
+        _requests(
+            (min_prefill_requests, max_prefill_requests),
+            max_tokens - used,
+            max_prefill_chunk,
+            model_len,
+        )
+    )
+
+    positions: list[int] = []
+    requests_of_tokens: list[int] = []
+    for index, request in enumerate(decode + prefill):
+        tokens = request.positions()
+        positions += tokens
+        requests_of_tokens += [index] * len(tokens)
+    num_decode = sum(r.query_len for r in decode)
+    real_tokens = len(positions)
+    max_seq_len = max((r.seq_len for r in decode + prefill), default=0)
+
+    check(widths in ("any", "policy"), f"widths={widths!r} must be 'any' or 'policy'")
+    kernel_level = False
+    if width is None:
+        width = active_topk_width(max_seq_len, COMPRESS_RATIO, capacity)
+        aligned = capacity // policy.WIDTH_ALIGNMENT
+        choice = draw(st.integers(0, 2)) if widths == "any" and aligned >= 1 else 0
+        if choice == 1 and width > policy.WIDTH_ALIGNMENT:
+            # Narrower than the batch needs: n(t) = min(., W) clamps.
+            narrower = width // policy.WIDTH_ALIGNMENT - 1
+            width = draw(st.integers(1, narrower)) * policy.WIDTH_ALIGNMENT
+            kernel_level = True
+        elif choice >= 1:  # any width the policy can reach, C included
+            width = draw(st.sampled_from(policy.reachable_widths(capacity)))
+            kernel_level = True
+
+    # CUDA-graph padding at the tail: stale copies of real tokens' positions
+    # and requests, slot -1. In a decode-only step they are decode tokens.
+    tail = 0
+    if padding and real_tokens:
+        tail = draw(st.integers(0, MAX_QUERY_TOKENS_PER_DECODE))
+    for _ in range(tail):
+        source = draw(st.integers(0, real_tokens - 1))
+        positions.append(draw(st.integers(0, positions[source])))
+        requests_of_tokens.append(requests_of_tokens[source])
+    if not prefill:
+        # Tail padding of a decode-only step must reference decode rows.
+        num_decode = len(positions)
+    slots = [p for p in positions]
+    for t in range(real_tokens, len(positions)):
+        slots[t] = -1
+    inside = []
+    if padding and real_tokens:
+        inside = draw(
+            st.lists(st.integers(0, real_tokens - 1), max_size=3, unique=True)
+        )
+    for t in inside:
+        slots[t] = -1
+    extra_slots = draw(st.lists(st.integers(-(2**20), 2**20), max_size=3))
+
+    pages_needed = []
+    for request in decode:
+        # The engine's table covers the whole sequence, whatever the width.
+        pages_needed.append(_pages_for(request.seq_len, BLOCK_SIZE))
+    table = draw(block_tables(pages_needed))
+    table_width = len(table[0]) if table else 0
+    row_stride = 0
+    if table and draw(st.booleans()):
+        row_stride = table_width + draw(st.integers(1, 64))
+
+    num_tokens = len(positions)
+    buffer_rows = draw(st.integers(max(num_tokens, 1), max(max_buffer_rows, num_tokens, 1)))
+
+    num_prefill = num_tokens - num_decode
+    mix = (
+        "no tokens"
+        if num_tokens == 0
+        else "decode only"
+        if num_prefill == 0
+        else "prefill only"
+        if num_decode == 0
+        else "decode + prefill"
+    )
+    padded = (
+        ("tail and inside padding" if inside else "tail padding")
+        if tail
+        else ("inside padding" if inside else "no padding")
+    )
+    width_bucket = f"W={width} of C={capacity}" if width == capacity else f"W={width} < C"
+    speculative = any(r.query_len > 1 for r in decode)
+    labels = (mix, padded, width_bucket)
+    labels += ("speculative decode",) if speculative else ()
+    labels += ("kernel-level width",) if kernel_level else ()
+    for label in labels:
+        _event(label)
+    if steer:
+        _target(float(num_tokens), "tokens")
+        _target(float(max(width, 0).bit_length()), "width doublings")
+
+    return Batch(
+        positions=tuple(positions),
+        num_decode_tokens=num_decode,
+        token_to_req_indices=tuple(requests_of_tokens),
+        block_table=table,
+        slot_mapping=tuple(slots) + tuple(extra_slots),
+        max_model_len=model_len,
+        capacity=capacity,
+        width=width,
+        buffer_rows=buffer_rows,
+        block_table_row_stride=row_stride,
+        compress_ratio=COMPRESS_RATIO,
+        block_size=BLOCK_SIZE,
+        labels=labels,
+    )
+
+
+def engine_batch(
+    decode: list[tuple[int, int]] = (),
+    prefill: list[tuple[int, int]] = (),
+    *,
+    max_model_len: int = 81_920,
+    tail_padding: int = 0,
+    inside_padding: tuple[int, ...] = (),
+    table_row_stride: int = 0,
+    buffer_rows: int | None = None,
+    width: int | None = None,
+    target=None,
+    labels: tuple[str, ...] = (),
+) -> Batch:
+    """A concrete engine step, for ``@example`` and regression cases.
+
+    ``decode`` and ``prefill`` list requests as ``(seq_len, query_len)``;
+    tokens are each request's last ``query_len`` positions, decode first.
+    Tail padding tokens repeat the last real token's position and request
+    with slot -1 (decode tokens when there is no prefill); ``inside_padding``
+    gives real tokens slot -1. Page numbers are unique and in reverse order,
+    one spare junk column per row. The capacity and width come from
+    ``target``'s policy (the project's when None) unless ``width`` is given.
+    """
+    capacity_width = policy.capacity_width if target is None else target.capacity_width
+    active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
+    capacity = capacity_width(max_model_len, COMPRESS_RATIO)
+    requests = [_Request(s, q) for s, q in list(decode) + list(prefill)]
+    positions, owners = [], []
+    for index, request in enumerate(requests):
+        positions += request.positions()
+        owners += [index] * request.query_len
+    real = len(positions)
+    max_seq_len = max((r.seq_len for r in requests), default=0)
+    if width is None:
+        width = active_topk_width(max_seq_len, COMPRESS_RATIO, capacity)
+    for _ in range(tail_padding if real else 0):
+        positions.append(positions[real - 1])
+        owners.append(owners[real - 1])
+    num_decode = sum(q for _, q in decode)
+    if not prefill:
+        num_decode = len(positions)
+    slots = [p if t < real and t not in inside_padding else -1 for t, p in enumerate(positions)]
+    needs = [_pages_for(s, BLOCK_SIZE) for s, _ in decode]
+    total = sum(needs)
+    table, counter = [], 0
+    columns = max(needs, default=0) + 1
+    for need in needs:
+        row = [total - 1 - (counter + c) for c in range(need)] + [-7] * (columns - need)
+        counter += need
+        table.append(tuple(row))
+    return Batch(
+        positions=tuple(positions),
+        num_decode_tokens=num_decode,
+        token_to_req_indices=tuple(owners),
+        block_table=tuple(table),
+        slot_mapping=tuple(slots),
+        max_model_len=max_model_len,
+        capacity=capacity,
+        width=width,
+        buffer_rows=buffer_rows if buffer_rows is not None else max(len(positions) + 3, 1),
+        block_table_row_stride=table_row_stride,
+        compress_ratio=COMPRESS_RATIO,
+        block_size=BLOCK_SIZE,
+        labels=labels,
+    )
+
+
+def _historical_batches() -> dict[str, Batch]:
+    one_m = 1_048_576
+    return {
+        # vLLM's own test: 2 decode + 2 prefill tokens, W = 256 < C.
+        "upstream_two_decode_two_prefill": engine_batch(
+            [(300 * 128, 1), (200 * 128, 1)], [(100, 1), (250 * 128 + 5, 1)], max_model_len=one_m
+        ),
+        # ... and the same batch rebuilt at W = 128, narrower than it needs:
+        # n(t) = min(floor((p + 1) / R), W) clamps.
+        "upstream_rebuilt_at_128": engine_batch(
+            [(300 * 128, 1), (200 * 128, 1)],
+            [(100, 1), (250 * 128 + 5, 1)],
+            max_model_len=one_m,
+            width=128,
+        ),
+        # Block index > 0 with block size 2, two decode requests on their own pages.
+        "block_index_past_zero": engine_batch(
+            [(7 * 128, 2), (9 * 128 + 1, 1)], [(5 * 128, 3)], table_row_stride=11
+        ),
+        # n(t) past 1,024 columns: a 1,024-column tile boundary is crossed.
+        "crosses_1024_columns": engine_batch(
+            [(1_030 * 128, 1)], [(1_100 * 128, 2)], max_model_len=one_m
+        ),
+        # (p + 1) % 128 in {0, 1}: one entry appears between consecutive tokens.
+        "entry_boundaries": engine_batch([(128, 2), (257, 3)], [(129, 3), (384, 2)]),
+        # max_seq_len // 128 at and just past a power of two: W jumps 128 -> 256.
+        "width_jump_at_power_of_two": engine_batch(
+            [(128 * 128, 1), (129 * 128, 1)], [(256 * 128 + 127, 1)], max_model_len=200_000
+        ),
+        # Capacity 8,192 at 1M context, a sequence of exactly max_model_len.
+        "capacity_8192_at_1m": engine_batch([(one_m, 1)], [(one_m, 2)], max_model_len=one_m),
+        # Capacity 640 (81,920 tokens): W = C, not a power of two.
+        "capacity_640": engine_batch(
+            [(81_920, 2), (81_919, 1)], [(81_920, 1)], max_model_len=81_920
+        ),
+        # Speculative decoding: 8 query tokens of one decode request.
+        "speculative_decode_8_tokens": engine_batch([(3 * 128 + 7, 8), (2 * 128, 1)], [(600, 2)]),
+        # CUDA-graph padding at the tail of a decode-only step and inside.
+        "padding_tail_and_inside": engine_batch(
+            [(5 * 128, 1), (4 * 128 + 1, 2)], tail_padding=3, inside_padding=(1,)
+        ),
+        "padding_tail_after_prefill": engine_batch([(300, 1)], [(700, 2)], tail_padding=2),
+        "no_tokens": engine_batch(),
+        "no_decode": engine_batch(prefill=[(600, 4), (128, 1)]),
+        "no_prefill": engine_batch([(600, 1), (1_000, 3)]),
+    }
+
+
+HISTORICAL_BATCHES: dict[str, Batch] = _historical_batches()
+"""The contract's historical failures as concrete batches (project policy)."""

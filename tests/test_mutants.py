@@ -1,0 +1,105 @@
+"""Proof that the suite can fail: every mutant is killed, correct targets survive.
+
+Runs the properties of :data:`c128a.properties.PROPERTIES` as Hypothesis
+tests under the ``ci`` profile (derandomized, so the same examples every
+run), with :data:`MATRIX_EXAMPLES` generated examples per (target,
+property) pair after the contract's historical batches. Each project mutant
+must be killed by every property it targets; each independently written
+mutant (``tests/independent``) by at least one; the project's targets and
+the independent correct target must survive every property.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from c128a import mutants
+from c128a.killmatrix import first_kill, kill_matrix, target_from_object
+from c128a.properties import PROPERTIES
+from c128a.targets import load_target
+
+MATRIX_EXAMPLES = 10
+INDEPENDENT = Path(__file__).parent / "independent"
+INDEPENDENT_MISSING = f"{INDEPENDENT} is missing: no independently written targets to run"
+
+
+def _independent_modules():
+    """(independent_mutants, independent_c128a), or None when the folder is missing."""
+    if not (INDEPENDENT / "independent_mutants.py").is_file():
+        return None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(INDEPENDENT))
+        return (
+            importlib.import_module("independent_mutants"),
+            importlib.import_module("independent_c128a"),
+        )
+
+
+INDEPENDENT_MODULES = _independent_modules()
+INDEPENDENT_NAMES = sorted(INDEPENDENT_MODULES[0].MUTANTS) if INDEPENDENT_MODULES else []
+
+
+def outcomes(target, device, names):
+    """{property name: Outcome} of ``target`` under the matrix settings."""
+    properties = {name: PROPERTIES[name] for name in names}
+    matrix = kill_matrix([target], device, properties, MATRIX_EXAMPLES)
+    return matrix[str(target.spec)]
+
+
+def survivors(target, device, names):
+    return sorted(name for name, o in outcomes(target, device, names).items() if not o.killed)
+
+
+def kills(target, device, names):
+    return {name: o.message for name, o in outcomes(target, device, names).items() if o.killed}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(mutants.MUTANTS))
+def test_project_mutant_is_killed_by_its_invariants(c128a_device, name):
+    target = load_target(f"c128a.mutants:{name}")
+    survived = survivors(target, c128a_device, mutants.TARGETED_INVARIANTS[name])
+    assert not survived, (
+        f"mutant {name} ({mutants.MUTANTS[name]}) survived {survived}"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("property_name", list(PROPERTIES))
+@pytest.mark.parametrize("spec", ["triton", "reference"])
+def test_correct_target_survives(c128a_device, spec, property_name):
+    killed = kills(load_target(spec), c128a_device, [property_name])
+    assert not killed, f"correct target {spec} was killed: {killed}"
+
+
+def test_every_bug_class_and_invariant_has_a_mutant():
+    assert len(mutants.MUTANTS) >= 10
+    assert set(mutants.MUTANTS) == set(mutants.BUG_CLASSES) == set(mutants.TARGETED_INVARIANTS)
+    targeted = {name for names in mutants.TARGETED_INVARIANTS.values() for name in names}
+    assert targeted == set(PROPERTIES), set(PROPERTIES) - targeted
+    for name in ("packed_stride", "spill_past_width"):
+        assert callable(getattr(mutants, name).build_c128a_topk_metadata)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INDEPENDENT_MODULES is None, reason=INDEPENDENT_MISSING)
+@pytest.mark.parametrize("name", INDEPENDENT_NAMES)
+def test_independent_mutant_is_killed(c128a_device, monkeypatch, name):
+    monkeypatch.syspath_prepend(str(INDEPENDENT))
+    target = target_from_object(f"independent_mutants:{name}", INDEPENDENT_MODULES[0].MUTANTS[name])
+    assert first_kill(target, c128a_device, max_examples=MATRIX_EXAMPLES) is not None, (
+        f"independent mutant {name} survived every property"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INDEPENDENT_MODULES is None, reason=INDEPENDENT_MISSING)
+@pytest.mark.parametrize("property_name", list(PROPERTIES))
+def test_independent_correct_target_survives(c128a_device, monkeypatch, property_name):
+    monkeypatch.syspath_prepend(str(INDEPENDENT))
+    target = target_from_object("independent_c128a", INDEPENDENT_MODULES[1])
+    killed = kills(target, c128a_device, [property_name])
+    assert not killed, f"independent_c128a was killed: {killed}"

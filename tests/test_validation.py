@@ -1,0 +1,50 @@
+"""Bad input is refused with a ValueError naming the argument, and nothing is written.
+
+One test per bad input (:data:`c128a.invariants.BAD_INPUTS`), on the
+selected target. A target that declares ``validates_input=False`` (vLLM,
+which checks with ``assert``) reports each as an expected failure, never a
+pass. A third-party target is only obliged to check the contract's own
+preconditions (W % 128 == 0, 0 < W <= the buffers' widths, last stride 1);
+the project's extra checks are skipped for it, with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, example, given
+
+from c128a.invariants import BAD_INPUTS, check_rejects_bad_input, is_project_target
+from c128a.strategies import HISTORICAL_BATCHES, batches
+
+EXAMPLES = [
+    HISTORICAL_BATCHES[name]
+    for name in (
+        "upstream_two_decode_two_prefill",
+        "capacity_8192_at_1m",
+        "speculative_decode_8_tokens",
+        "padding_tail_and_inside",
+    )
+]
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[case.name for case in BAD_INPUTS])
+def test_rejects(c128a_target, c128a_device, case):
+    if not c128a_target.validates_input:
+        pytest.xfail(
+            f"target {c128a_target} declares validates_input=False (vLLM checks with assert, "
+            "which python -O strips): bad input is not refused with a ValueError"
+        )
+    if not case.contract and not is_project_target(c128a_target):
+        pytest.skip(
+            f"{case.name} is one of the project's own checks; the contract obliges a "
+            "third-party builder to check only W % 128, 0 < W <= buffer widths, last stride 1"
+        )
+
+    @given(batch=batches(min_decode_requests=1, max_tokens=16))
+    def rejects(batch):
+        assume(case.applies(batch))
+        check_rejects_bad_input(c128a_target, batch, c128a_device, cases=[case])
+
+    for batch in reversed(EXAMPLES):
+        rejects = example(batch=batch)(rejects)
+    rejects()
