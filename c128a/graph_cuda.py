@@ -9,6 +9,8 @@ The semantics match :func:`c128a.graph.consume` element for element.
 
 from __future__ import annotations
 
+import gc
+
 import torch
 import triton
 import triton.language as tl
@@ -115,8 +117,16 @@ class GraphConsumer:
         torch.cuda.synchronize(device)
 
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._launch()
+        # A garbage collection during capture can destroy an earlier graph (an
+        # unsafe CUDA call that invalidates this capture; seen after failing
+        # tests left cycles behind): collect now, and not while capturing.
+        gc.collect()
+        gc.disable()
+        try:
+            with torch.cuda.graph(self.graph):
+                self._launch()
+        finally:
+            gc.enable()
         torch.cuda.synchronize(device)
 
     def _launch(self) -> None:
