@@ -14,12 +14,10 @@ Import this module only after choosing the device
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from .reference import returned_views
-from .validation import check_build_arguments
+from .kernel import triton_builder
 
 COLUMN_BLOCK = 1024
 
@@ -111,39 +109,4 @@ def launch(
     )
 
 
-def build_c128a_topk_metadata(
-    positions: torch.Tensor,
-    compress_ratio: int,
-    num_decode_tokens: int,
-    token_to_req_indices: torch.Tensor,
-    block_table: torch.Tensor,
-    block_size: int,
-    slot_mapping: torch.Tensor,
-    global_decode_buffer: torch.Tensor,
-    decode_lens_buffer: torch.Tensor,
-    prefill_buffer: torch.Tensor,
-    max_compressed_tokens: int = 8192,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    args = (
-        positions,
-        compress_ratio,
-        num_decode_tokens,
-        token_to_req_indices,
-        block_table,
-        block_size,
-        slot_mapping,
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        max_compressed_tokens,
-    )
-    check_build_arguments(*args)
-    launch(*args)
-    return returned_views(
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        positions.shape[0],
-        num_decode_tokens,
-        max_compressed_tokens,
-    )
+build_c128a_topk_metadata = triton_builder(launch)

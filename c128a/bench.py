@@ -133,7 +133,6 @@ def make_inputs(shape: Shape, device: torch.device, seed: int = 0) -> Inputs:
     )
     pages = -(-shape.capacity // PAGE_SIZE_ENTRIES)
     wide = torch.randint(0, 1 << 20, (max(requests, 1), pages + TABLE_PADDING), generator=gen)
-    block_table = wide.to(torch.int32)[:requests, :pages]
     slot_mapping = torch.randint(0, 1 << 24, (shape.num_tokens,), generator=gen)
     if shape.num_decode_tokens >= 16:
         slot_mapping[shape.num_decode_tokens - 8 : shape.num_decode_tokens] = -1  # graph padding

@@ -358,58 +358,58 @@ def compiled_variant_count(jit_function, device: torch.device | str | int) -> in
     return len(kernel_cache)
 
 
-def build_c128a_topk_metadata(
-    positions: torch.Tensor,
-    compress_ratio: int,
-    num_decode_tokens: int,
-    token_to_req_indices: torch.Tensor,
-    block_table: torch.Tensor,
-    block_size: int,
-    slot_mapping: torch.Tensor,
-    global_decode_buffer: torch.Tensor,
-    decode_lens_buffer: torch.Tensor,
-    prefill_buffer: torch.Tensor,
-    max_compressed_tokens: int = 8192,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    check_build_arguments(
-        positions,
-        compress_ratio,
-        num_decode_tokens,
-        token_to_req_indices,
-        block_table,
-        block_size,
-        slot_mapping,
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        max_compressed_tokens,
-    )
-    if positions.device.type == "cpu" and not _interpreting():
-        raise InvalidArgument(
-            "positions is on the CPU but Triton's interpreter is off; set TRITON_INTERPRET=1 "
-            "before importing c128a.kernel (c128a.device.use_device('cpu') does this)"
+def triton_builder(launch_fn, name: str = "build_c128a_topk_metadata"):
+    """The contract's function around a Triton launcher: validate every
+    argument (nothing is written on a bad call), launch, return the buffer
+    views. ``launch_fn`` takes the builder's arguments, the width last."""
+
+    def build_c128a_topk_metadata(
+        positions: torch.Tensor,
+        compress_ratio: int,
+        num_decode_tokens: int,
+        token_to_req_indices: torch.Tensor,
+        block_table: torch.Tensor,
+        block_size: int,
+        slot_mapping: torch.Tensor,
+        global_decode_buffer: torch.Tensor,
+        decode_lens_buffer: torch.Tensor,
+        prefill_buffer: torch.Tensor,
+        max_compressed_tokens: int = 8192,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        arguments = (
+            positions,
+            compress_ratio,
+            num_decode_tokens,
+            token_to_req_indices,
+            block_table,
+            block_size,
+            slot_mapping,
+            global_decode_buffer,
+            decode_lens_buffer,
+            prefill_buffer,
+            max_compressed_tokens,
         )
-    launch(
-        positions,
-        compress_ratio,
-        num_decode_tokens,
-        token_to_req_indices,
-        block_table,
-        block_size,
-        slot_mapping,
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        max_compressed_tokens,
-    )
-    return returned_views(
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        positions.shape[0],
-        num_decode_tokens,
-        max_compressed_tokens,
-    )
+        check_build_arguments(*arguments)
+        if positions.device.type == "cpu" and not _interpreting():
+            raise InvalidArgument(
+                "positions is on the CPU but Triton's interpreter is off; set TRITON_INTERPRET=1 "
+                "before importing Triton kernels (c128a.device.use_device('cpu') does this)"
+            )
+        launch_fn(*arguments)
+        return returned_views(
+            global_decode_buffer,
+            decode_lens_buffer,
+            prefill_buffer,
+            positions.shape[0],
+            num_decode_tokens,
+            max_compressed_tokens,
+        )
+
+    build_c128a_topk_metadata.__qualname__ = name
+    return build_c128a_topk_metadata
+
+
+build_c128a_topk_metadata = triton_builder(launch)
 
 
 @triton.jit

@@ -18,8 +18,7 @@ from types import SimpleNamespace
 import triton
 import triton.language as tl
 
-from .reference import returned_views
-from .validation import check_build_arguments
+from .kernel import triton_builder
 
 TILE = (32, 128)  # tokens x columns per program
 
@@ -184,42 +183,7 @@ def _launch_width_specialised(
     )
 
 
-def _build_width_specialised(
-    positions,
-    compress_ratio,
-    num_decode_tokens,
-    token_to_req_indices,
-    block_table,
-    block_size,
-    slot_mapping,
-    global_decode_buffer,
-    decode_lens_buffer,
-    prefill_buffer,
-    max_compressed_tokens=8192,
-):
-    args = (
-        positions,
-        compress_ratio,
-        num_decode_tokens,
-        token_to_req_indices,
-        block_table,
-        block_size,
-        slot_mapping,
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        max_compressed_tokens,
-    )
-    check_build_arguments(*args)
-    _launch_width_specialised(*args)
-    return returned_views(
-        global_decode_buffer,
-        decode_lens_buffer,
-        prefill_buffer,
-        positions.shape[0],
-        num_decode_tokens,
-        max_compressed_tokens,
-    )
+_build_width_specialised = triton_builder(_launch_width_specialised, "width_specialised")
 
 
 width_specialised = SimpleNamespace(
