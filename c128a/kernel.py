@@ -184,26 +184,17 @@ def c128a_topk_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_W: tl.constexpr,
     WIDE_W: tl.constexpr,
-    LONG_W: tl.constexpr,
 ):
     # Two shapes of work in one compiled kernel, chosen by a runtime branch on
     # W (a constexpr would compile one variant per width):
-    # - W >= WIDE_W: one program per (token, WIDE_W columns; LONG_W from
-    #   W >= LONG_W on), so long rows are
+    # - W >= WIDE_W: one program per (token, WIDE_W columns), so long rows are
     #   written in long contiguous runs and each block-table gather has many
     #   loads in flight;
     # - W < WIDE_W: programs stride over blocks of BLOCK_T tokens and write
     #   each row in BLOCK_W-column tiles, so no lane idles (W is a multiple of
     #   128) and the rows in flight stay neighbours in memory.
     inverse_block_size = 1.0 / block_size.to(tl.float32)
-    if width >= LONG_W:
-        _write_runs(
-            positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
-            decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
-            block_size, inverse_block_size, table_row_stride, decode_row_stride,
-            prefill_row_stride, LONG_W,
-        )
-    elif width >= WIDE_W:
+    if width >= WIDE_W:
         _write_runs(
             positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
             decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
@@ -227,9 +218,6 @@ def _interpreting() -> bool:
 # step, not per element: wide tiles there.
 TILE = (32, 1024, 1024) if _interpreting() else (4, 128, 1024)
 NUM_WARPS = 4
-# From 2 * WIDE_W columns, runs twice as long: fewer programs, longer
-# contiguous stores (measured faster at W = 8192, slower at W = 1024).
-LONG_RUN_FACTOR = 2
 PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
 MAX_WIDTH = 1 << 22  # _divmod_small is exact below this
 
@@ -267,10 +255,7 @@ def launch_tiled(
         return
     assert 0 < width < MAX_WIDTH, f"width={width} out of range"
     block_t, block_w, wide_w = tile
-    long_w = LONG_RUN_FACTOR * wide_w
-    if width >= long_w:
-        programs = num_tokens * triton.cdiv(width, long_w)
-    elif width >= wide_w:
+    if width >= wide_w:
         programs = num_tokens * triton.cdiv(width, wide_w)
     else:
         programs = triton.cdiv(num_tokens, block_t)
@@ -295,7 +280,6 @@ def launch_tiled(
         BLOCK_T=block_t,
         BLOCK_W=block_w,
         WIDE_W=wide_w,
-        LONG_W=long_w,
         num_warps=num_warps,
     )
 
