@@ -2,7 +2,7 @@
 
 It is a target in its own right: ``build_c128a_topk_metadata``,
 ``active_topk_width`` and ``capacity_width`` follow
-/work/shared/c128a-contract.md. The work is split into small methods of
+the C128A contract (CONTRACT.md). The work is split into small methods of
 ``RowBuilder`` so that each step of the contract has one obvious home.
 """
 
