@@ -215,8 +215,11 @@ def _interpreting() -> bool:
 
 
 # (BLOCK_T, BLOCK_W, WIDE_W). The interpreter pays per program and per loop
-# step, not per element: wide tiles there.
-TILE = (32, 1024, 1024) if _interpreting() else (4, 128, 1024)
+# step, not per element: wide tiles there. The GPU tile's code paths also run
+# under the interpreter in tests/test_kernel_paths.py.
+GPU_TILE = (4, 128, 1024)
+INTERPRETER_TILE = (32, 1024, 1024)
+TILE = INTERPRETER_TILE if _interpreting() else GPU_TILE
 NUM_WARPS = 4
 PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
 MAX_WIDTH = 1 << 22  # _divmod_small is exact below this
@@ -247,9 +250,12 @@ def launch_tiled(
     tile: tuple[int, int, int],
     num_warps: int,
     programs_per_sm: int,
+    max_programs: int | None = None,
 ) -> None:
     """:func:`launch` with an explicit tile, warp count and persistence (for
-    tuning). None of these depends on the batch."""
+    tuning). None of these depends on the batch. ``max_programs`` caps the
+    persistent grid below WIDE_W on any device, so that tests can run its
+    grid-stride loop on the CPU."""
     num_tokens = positions.shape[0]
     if num_tokens == 0:
         return
@@ -261,6 +267,8 @@ def launch_tiled(
         programs = triton.cdiv(num_tokens, block_t)
         if programs_per_sm and positions.device.type == "cuda":
             programs = min(programs, programs_per_sm * _multiprocessors(positions.device))
+        if max_programs:
+            programs = min(programs, max_programs)
     c128a_topk_kernel[(programs,)](
         positions,
         token_to_req_indices,
@@ -374,6 +382,11 @@ def triton_builder(launch_fn, name: str = "build_c128a_topk_metadata"):
             max_compressed_tokens,
         )
         check_build_arguments(*arguments)
+        if max_compressed_tokens >= MAX_WIDTH:
+            raise InvalidArgument(
+                f"max_compressed_tokens={max_compressed_tokens} must be < {MAX_WIDTH} for the "
+                "Triton kernels (their column arithmetic is exact below it)"
+            )
         if positions.device.type == "cpu" and not _interpreting():
             raise InvalidArgument(
                 "positions is on the CPU but Triton's interpreter is off; set TRITON_INTERPRET=1 "

@@ -2,13 +2,17 @@
 
 Each (target, property) pair runs as a Hypothesis test built in-process
 (``given(strategy)(check)`` under the ``ci`` profile's settings: derandomized,
-so two runs give the same matrix). A pair is *killed* when the property fails
-on some example; the matrix shows the time to that first failure. Shrinking
+so two runs give the same matrix). A pair is *killed* when the property's
+check fails (an ``AssertionError``, such as an ``InvariantViolation``) on some
+example; the matrix shows the time to that first failure. Any other exception
+(a crash, a refused call) shows as ``error``: it proves nothing about the
+property. Shrinking
 is off: the matrix asks whether a property can fail, not for the smallest
 failure (``c128a fuzz`` and pytest do that).
 
 Exit status 1 when a mutant survives every property, or when a correct
-target (``--expect-pass``, default ``triton`` and ``reference``) is killed.
+target (``--expect-pass``, default ``triton`` and ``reference``) is killed
+or errors.
 """
 
 from __future__ import annotations
@@ -36,9 +40,21 @@ class Outcome:
     seconds: float  # to the first failure when killed, else the whole run
     examples: int
     message: str = ""
+    errored: bool = False  # raised something other than an assertion: not a kill
 
     def cell(self) -> str:
-        return f"killed {self.seconds:.2f}s" if self.killed else "survived"
+        if self.killed:
+            return f"killed ({self.seconds:.2f}s)"
+        return f"error ({self.message.split(':')[0]})" if self.errored else "survived"
+
+
+def _is_assertion(exc: BaseException) -> bool:
+    """Only a failed check counts as a kill, not a crash or a refused call."""
+    if isinstance(exc, AssertionError):
+        return True
+    if isinstance(exc, BaseExceptionGroup):  # Hypothesis reports several distinct failures so
+        return any(_is_assertion(inner) for inner in exc.exceptions)
+    return False
 
 
 def ci_settings(max_examples: int | None = None):
@@ -81,12 +97,15 @@ def run_property(prop, target, device, run_settings) -> Outcome:
             # A failing 1M-context Batch has a long repr; the matrix prints one line.
             warnings.simplefilter("ignore", HypothesisWarning)
             test()
-    except Exception as exc:  # any failure of the property kills the target
+    except Exception as exc:
         seconds = state["first_failure"]
         if seconds is None:  # failed while drawing (e.g. the target's policy raised)
             seconds = time.perf_counter() - start
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return Outcome(True, seconds, state["examples"], f"{type(exc).__name__}: {first_line}")
+        message = f"{type(exc).__name__}: {first_line}"
+        if _is_assertion(exc):
+            return Outcome(True, seconds, state["examples"], message)
+        return Outcome(False, seconds, state["examples"], message, errored=True)
     return Outcome(False, time.perf_counter() - start, state["examples"])
 
 
@@ -158,11 +177,13 @@ def problems(matrix, expect_pass) -> list[str]:
     found = []
     for spec, row in matrix.items():
         killed = [name for name, outcome in row.items() if outcome.killed]
+        errored = [name for name, outcome in row.items() if outcome.errored]
         if spec in expect_pass:
-            for name in killed:
-                found.append(f"correct target {spec} was killed by {name}: {row[name].message}")
+            for name in killed + errored:
+                found.append(f"correct target {spec} failed {name}: {row[name].message}")
         elif not killed:
-            found.append(f"mutant {spec} survived every property")
+            note = f" (errors, not failed checks, in: {', '.join(errored)})" if errored else ""
+            found.append(f"mutant {spec} survived every property{note}")
     return found
 
 
@@ -182,8 +203,7 @@ def markdown_table(matrix, expect_pass=()) -> str:
         kind = "correct (must survive)" if spec in expect_pass else _bug_class(spec)
         cells = []
         for name in names:
-            outcome = row[name]
-            cells.append(f"killed ({outcome.seconds:.2f}s)" if outcome.killed else "survived")
+            cells.append(row[name].cell())
         lines.append(f"| `{_short(spec)}` | {kind} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -203,7 +223,9 @@ def print_rich(matrix, expect_pass) -> None:
             outcome = row[name]
             if outcome.killed:
                 style = "red" if spec in expect_pass else "green"
-                cells.append(f"[{style}]killed {outcome.seconds:.2f}s[/]")
+                cells.append(f"[{style}]{outcome.cell()}[/]")
+            elif outcome.errored:
+                cells.append(f"[yellow]{outcome.cell()}[/]")
             else:
                 style = "green" if spec in expect_pass else "dim"
                 cells.append(f"[{style}]survived[/]")

@@ -54,7 +54,12 @@ def survivors(target, device, names):
 
 
 def kills(target, device, names):
-    return {name: o.message for name, o in outcomes(target, device, names).items() if o.killed}
+    """Properties a target fails, by a failed check or by any other error."""
+    return {
+        name: o.message
+        for name, o in outcomes(target, device, names).items()
+        if o.killed or o.errored
+    }
 
 
 @pytest.mark.slow
