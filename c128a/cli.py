@@ -67,10 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="c128a", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, summary) in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue  # a subcommand whose module is not part of this build
+        module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=summary, description=summary)
         module.configure_parser(sub)
         sub.set_defaults(run=module.run)

@@ -214,7 +214,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["unavailable"],
     ) + [strict_sentinels_line(*state["strict_sentinels"])] + (
         [state["xdist_line"]] if state["xdist_line"] else []
-    )
+    ) + batch_invariant_lines()
+
+
+def batch_invariant_lines() -> list[str]:
+    """A loud line when VLLM_BATCH_INVARIANT pins every policy width to C."""
+    from c128a.policy import BATCH_INVARIANT_ENV, batch_invariant_from_env
+
+    if not batch_invariant_from_env():
+        return []
+    return [
+        f"c128a batch-invariant mode: ${BATCH_INVARIANT_ENV}={os.environ[BATCH_INVARIANT_ENV]} "
+        "pins the policy's W to C; adaptive widths are only tested where a test sets W itself"
+    ]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
