@@ -9,6 +9,8 @@ Hypothesis shrinks a failure and serialises to JSON as a regression case.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,21 +89,48 @@ class Batch:
         return cls(**values)
 
     def tensors(self, device: torch.device | str) -> "BatchTensors":
+        """The builder's tensor arguments on ``device``: int64 positions and
+        slots, int32 request indices, and the block table as the first
+        ``table_width`` columns of a table whose row stride is
+        ``block_table_row_stride``, its other columns holding ``table_junk``.
+
+        Built with two host-to-device copies (one per dtype): every argument
+        is a view of one of them."""
         rows = len(self.block_table)
         width = self.table_width
         stride = max(self.block_table_row_stride, width, 1)
-        wide = torch.full((max(rows, 1), stride), self.table_junk, dtype=torch.int32)
-        if rows and width:
-            wide[:rows, :width] = torch.tensor(self.block_table, dtype=torch.int32)
-        table = wide.to(device)[:rows, :width]
+        num_tokens = len(self.positions)
+        wide_rows = max(rows, 1)
+        # array() converts a flat sequence of Python ints in C, far faster
+        # than torch.tensor on nested tuples; it raises OverflowError for a
+        # value outside the dtype, as torch.tensor does.
+        longs = array("q", self.positions)
+        longs.extend(self.slot_mapping)
+        ints = array("i", self.token_to_req_indices)
+        if stride == width:
+            ints.extend(itertools.chain.from_iterable(self.block_table))
+            ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
+        else:
+            junk = [self.table_junk] * (stride - width)
+            for row in self.block_table:
+                ints.extend(row)
+                ints.extend(junk)
+            ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
+        longs_host = torch.frombuffer(longs, dtype=torch.int64) if longs else _EMPTY_LONGS
+        ints_host = torch.frombuffer(ints, dtype=torch.int32)
+        longs_device = longs_host.to(device, copy=True)
+        ints_device = ints_host.to(device, copy=True)
+        num_requests = len(self.token_to_req_indices)
+        wide = ints_device[num_requests:].view(wide_rows, stride)
         return BatchTensors(
-            positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
-            token_to_req_indices=torch.tensor(
-                self.token_to_req_indices, dtype=torch.int32, device=device
-            ),
-            block_table=table,
-            slot_mapping=torch.tensor(self.slot_mapping, dtype=torch.int64, device=device),
+            positions=longs_device[:num_tokens],
+            token_to_req_indices=ints_device[:num_requests],
+            block_table=wide[:rows, :width],
+            slot_mapping=longs_device[num_tokens:],
         )
+
+
+_EMPTY_LONGS = torch.empty(0, dtype=torch.int64)
 
 
 @dataclass

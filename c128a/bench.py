@@ -528,10 +528,30 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rep-ms", type=int, default=40, help="do_bench repetition time (ms)")
     parser.add_argument("--check", type=int, default=0, metavar="N",
                         help="run N random differential batches against the oracle; time nothing")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --check's batches")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of --check's batches and of --throughput's examples")
+    parser.add_argument("--throughput", action="store_true",
+                        help="run one property as a Hypothesis test for --seconds and report "
+                        "examples/s and where the time goes (CPU or CUDA)")
+    parser.add_argument("--property", default="matches_oracle",
+                        help="the property --throughput runs (default matches_oracle)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="how long --throughput runs, after one warm-up example")
+    parser.add_argument("--examples", type=int, default=None, metavar="N",
+                        help="--throughput runs N examples instead of --seconds (the same ones "
+                        "every run, for comparisons)")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help="--throughput draws batches of up to this many tokens")
+    parser.add_argument("--target", metavar="SPEC", default=None,
+                        help="--throughput's target: triton (default), reference, vllm, MODULE:ATTR")
+    parser.add_argument("--profile-out", metavar="FILE", default=None,
+                        help="--throughput also runs cProfile, saves its stats here and prints "
+                        "the top entries")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.throughput:
+        return _run_throughput(args)
     from .device import DeviceError, use_device
 
     try:
@@ -551,3 +571,236 @@ def run(args: argparse.Namespace) -> int:
         print(f"saved {args.json}")
     rows = summary_rows(report)
     return 0 if all(row["exact"] for row in rows) else 1
+
+
+# --------------------------------------------------------------------------- throughput
+
+THROUGHPUT_PHASES = (
+    "draw", "tensors", "buffers", "validation", "kernel", "oracle", "comparison", "other",
+)
+"""Where a property example's time goes, each phase's own time (nested phases
+excluded): Hypothesis drawing the batch (everything outside the check),
+Batch.tensors, poisoned buffers, check_build_arguments, the target's build,
+the oracle's build, comparing with the oracle, and the rest of the check."""
+
+
+class PhaseClock:
+    """Exclusive wall time per phase: a phase's time excludes the phases
+    entered inside it. On CUDA every phase ends with a synchronisation, so
+    asynchronous work is charged to the phase that launched it."""
+
+    def __init__(self, device: torch.device):
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.totals = dict.fromkeys(THROUGHPUT_PHASES, 0.0)
+        self.stack: list[list] = []  # [phase, start, time spent in nested phases]
+
+    def wrap(self, phase: str, function):
+        import functools
+        import time
+
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            self.stack.append([phase, time.perf_counter(), 0.0])
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.sync()
+                _, start, nested = self.stack.pop()
+                elapsed = time.perf_counter() - start
+                self.totals[phase] += elapsed - nested
+                if self.stack:
+                    self.stack[-1][2] += elapsed
+
+        return timed
+
+
+def _instrument(clock: PhaseClock):
+    """Wrap the harness's phases in ``clock``; returns a function that undoes it.
+    Patches attributes by name, so the checks run unchanged."""
+    import sys
+
+    from . import batch as batch_module
+    from . import invariants, reference
+
+    patches = [
+        (batch_module.Batch, "tensors", "tensors"),
+        (reference, "check_build_arguments", "validation"),
+        (reference, "build_c128a_topk_metadata", "oracle"),
+        (invariants, "_compare_rows", "comparison"),
+        (invariants, "check_matches_oracle", "comparison"),
+    ]
+    kernel = sys.modules.get("c128a.kernel")
+    if kernel is not None:
+        patches.append((kernel, "check_build_arguments", "validation"))
+    saved = []
+    for owner, name, phase in patches:
+        original = owner.__dict__[name]
+        saved.append((owner, name, original))
+        setattr(owner, name, clock.wrap(phase, original))
+    allocate = batch_module.Buffers.__dict__["allocate"]
+    saved.append((batch_module.Buffers, "allocate", allocate))
+    batch_module.Buffers.allocate = classmethod(clock.wrap("buffers", allocate.__func__))
+
+    def undo():
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+    return undo
+
+
+class _TimeUp(BaseException):
+    """Ends the run after --seconds; a BaseException, so Hypothesis lets it through."""
+
+
+def run_throughput(
+    target,
+    device: torch.device,
+    property_name: str = "matches_oracle",
+    *,
+    seconds: float = 10.0,
+    max_tokens: int = 512,
+    seed: int = 0,
+    examples: int | None = None,
+    profile_out: str | None = None,
+) -> dict:
+    """Run one property as a Hypothesis test for ``seconds`` (or, when
+    ``examples`` is given, for that many examples: the same examples on every
+    run, to compare two versions of the harness) after one warm-up example,
+    and report examples/s and the time per phase.
+
+    Settings are the ``fuzz`` profile's without shrinking (the target is
+    expected to pass), seeded for repeatability. Returns a dict with
+    ``examples``, ``seconds``, ``examples_per_s``, ``tokens_per_example``
+    and ``phases`` (phase -> seconds, ``draw`` being everything outside the
+    property's check), plus ``profile_top`` when ``profile_out`` is given.
+    """
+    import cProfile
+    import dataclasses
+    import io
+    import pstats
+    import time
+
+    from hypothesis import Phase, given, settings
+    from hypothesis import seed as use_seed
+
+    from . import profiles
+    from .properties import PROPERTIES
+
+    if property_name not in PROPERTIES:
+        usage_error(
+            f"bench: --property={property_name!r} is not one of {', '.join(PROPERTIES)}"
+        )
+    prop = PROPERTIES[property_name]
+    clock = PhaseClock(device)
+    timed_target = dataclasses.replace(
+        target, build_c128a_topk_metadata=clock.wrap("kernel", target.build_c128a_topk_metadata)
+    )
+    profiles.register_profiles()
+    state = {"examples": 0, "tokens": 0, "inside": 0.0, "start": None}
+    profiler = cProfile.Profile() if profile_out else None
+
+    def example(batch):
+        now = time.perf_counter()
+        if state["start"] is None:  # the first example warms up (compiles, caches)
+            prop.check(timed_target, batch, device)
+            for phase in clock.totals:
+                clock.totals[phase] = 0.0
+            state["start"] = time.perf_counter()
+            if profiler:
+                profiler.enable()
+            return
+        if (examples is None and now - state["start"] >= seconds) or (
+            examples is not None and state["examples"] >= examples
+        ):
+            raise _TimeUp
+        prop.check(timed_target, batch, device)
+        state["examples"] += 1
+        state["tokens"] += batch.num_tokens
+        state["inside"] += time.perf_counter() - now
+
+    test = settings(
+        parent=settings.get_profile("fuzz"),
+        database=None,
+        phases=[Phase.generate, Phase.target],
+        report_multiple_bugs=False,
+    )(use_seed(seed)(given(prop.strategy(timed_target, max_tokens=max_tokens))(example)))
+    undo = _instrument(clock)
+    try:
+        test()
+    except _TimeUp:
+        pass
+    finally:
+        if profiler:
+            profiler.disable()
+        undo()
+    elapsed = time.perf_counter() - (state["start"] or time.perf_counter())
+    done = state["examples"]
+    phases = dict(clock.totals)
+    phases["draw"] = max(elapsed - state["inside"], 0.0)
+    phases["other"] = max(state["inside"] - sum(clock.totals.values()), 0.0)
+    report = {
+        "property": property_name,
+        "target": str(target),
+        "device": str(device),
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "examples": done,
+        "seconds": elapsed,
+        "examples_per_s": done / elapsed if elapsed > 0 else 0.0,
+        "tokens_per_example": state["tokens"] / done if done else 0.0,
+        "phases": phases,
+    }
+    if profiler:
+        profiler.dump_stats(profile_out)
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
+        report["profile_top"] = text.getvalue()
+    return report
+
+
+def _run_throughput(args: argparse.Namespace) -> int:
+    from .cli import prepare
+
+    if args.seconds <= 0:
+        usage_error(f"bench: --seconds={args.seconds} must be > 0")
+    if args.examples is not None and args.examples <= 0:
+        usage_error(f"bench: --examples={args.examples} must be > 0")
+    if args.max_tokens < 0:
+        usage_error(f"bench: --max-tokens={args.max_tokens} must be >= 0")
+    device_name, target, _ = prepare(args)
+    if device_name == "cpu":
+        # Small tensors: one thread is as fast and steadier on a shared machine.
+        torch.set_num_threads(1)
+    report = run_throughput(
+        target,
+        torch.device(device_name),
+        args.property,
+        seconds=args.seconds,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        examples=args.examples,
+        profile_out=args.profile_out,
+    )
+    print_throughput(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"saved {args.json}")
+    return 0
+
+
+def print_throughput(report: dict) -> None:
+    examples, elapsed = report["examples"], report["seconds"]
+    print(
+        f"throughput: {report['property']} on {report['target']} ({report['device']}), "
+        f"batches of up to {report['max_tokens']} tokens, seed {report['seed']}: "
+        f"{examples} examples in {elapsed:.1f} s = {report['examples_per_s']:.1f} examples/s "
+        f"(mean {report['tokens_per_example']:.0f} tokens)"
+    )
+    per_example = 1e3 / max(examples, 1)
+    for phase in THROUGHPUT_PHASES:
+        spent = report["phases"][phase]
+        share = 100 * spent / elapsed if elapsed > 0 else 0.0
+        print(f"  {phase:<11} {spent:8.2f} s  {share:5.1f} %  {spent * per_example:8.3f} ms/example")
+    if "profile_top" in report:
+        print(report["profile_top"])

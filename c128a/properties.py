@@ -29,10 +29,12 @@ __all__ = ["PROPERTIES", "Property"]
 @dataclass(frozen=True)
 class Property:
     """One invariant, ready to run: ``check(target, strategy(target) example,
-    device)`` raises ``AssertionError`` (``InvariantViolation``) on failure."""
+    device)`` raises ``AssertionError`` (``InvariantViolation``) on failure.
+    ``strategy(target, max_tokens=N)`` draws engine steps of up to N tokens
+    (more requests and longer prefill chunks) instead of the default size."""
 
     name: str
-    strategy: Callable[[object], SearchStrategy[Batch]]
+    strategy: Callable[..., SearchStrategy[Batch]]
     check: Callable[[object, Batch, torch.device], None]
     doc: str = ""
     examples: tuple[Batch, ...] = ()  # run first, as @example: the contract's history
@@ -65,16 +67,29 @@ def _rejects_bad_input(target, batch: Batch, device) -> None:
     invariants.check_rejects_bad_input(target, batch, device)
 
 
-def _engine_batches(target) -> SearchStrategy[Batch]:
-    return batches(target, steer=True)
+def _token_budget(max_tokens: int | None) -> dict:
+    """Keywords of :func:`batches` for steps of up to ``max_tokens`` tokens:
+    enough decode requests (8 tokens each at most) and prefill chunk length
+    to reach it; nothing (the default size) for None."""
+    if max_tokens is None:
+        return {}
+    return {
+        "max_tokens": max_tokens,
+        "max_decode_requests": max(6, max_tokens // 8),
+        "max_prefill_chunk": max(24, max_tokens // 4),
+    }
 
 
-def _policy_width_batches(target) -> SearchStrategy[Batch]:
+def _engine_batches(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    return batches(target, steer=True, **_token_budget(max_tokens))
+
+
+def _policy_width_batches(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
     # Two builds, one at the full capacity (up to 8,192 columns): fewer tokens.
-    return batches(target, widths="policy", max_tokens=16, steer=True)
+    return batches(target, widths="policy", steer=True, **_token_budget(max_tokens or 16))
 
 
-def _policy_batches(target) -> SearchStrategy[Batch]:
+def _policy_batches(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
     # Only max_model_len matters; no tokens keeps the draw cheap.
     return batches(target, max_tokens=0, max_buffer_rows=8)
 

@@ -19,6 +19,7 @@ concrete batches, for ``@example``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from hypothesis import event, strategies as st, target as hypothesis_target
@@ -84,6 +85,7 @@ def _target(value: float, label: str) -> None:
             pass
 
 
+@functools.lru_cache(maxsize=64)
 def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
     """A ``max_model_len`` in [1, max_value]: one of :data:`EDGE_MAX_MODEL_LENS`
     (81,920 for capacity 640, 1M, capacities that are not powers of two), a
@@ -109,7 +111,8 @@ def capacities(target=None, *, max_model_len: int | None = None) -> st.SearchStr
     return lens.map(lambda n: capacity_width(n, COMPRESS_RATIO))
 
 
-def _length_edges(max_len: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def _length_edges(max_len: int) -> tuple[int, ...]:
     """Sequence lengths at the edges: (p + 1) % 128 in {0, 1} for the last
     position p = L - 1, L // 128 at and around powers of two, and max_len."""
     edges = {max_len, max_len - 1, COMPRESS_RATIO - 1, COMPRESS_RATIO, COMPRESS_RATIO + 1}
@@ -118,9 +121,12 @@ def _length_edges(max_len: int) -> list[int]:
         base = power * COMPRESS_RATIO
         edges.update((base - 1, base, base + 1, base + COMPRESS_RATIO - 1, base + COMPRESS_RATIO))
         power *= 2
-    return sorted(v for v in edges if 1 <= v <= max_len)
+    return tuple(sorted(v for v in edges if 1 <= v <= max_len))
 
 
+# Strategies are immutable: one object per (max_len, min_len) saves
+# Hypothesis re-deriving its properties on every draw of a request.
+@functools.lru_cache(maxsize=4096)
 def sequence_lengths(max_len: int, *, min_len: int = 1) -> st.SearchStrategy[int]:
     """A request's sequence length in [min_len, max_len], half the time at an
     edge: last position p with (p + 1) % 128 in {0, 1}, ``L // 128`` at and
@@ -158,14 +164,9 @@ def block_tables(
     rows = []
     counter = 0
     for need in pages_needed:
-        row = []
-        for column in range(width):
-            if column < need:
-                row.append((scale * counter + offset) % PAGE_PRIME)
-                counter += 1
-            else:
-                row.append(junk)
-        rows.append(tuple(row))
+        pages = tuple((scale * page + offset) % PAGE_PRIME for page in range(counter, counter + need))
+        rows.append(pages + (junk,) * (width - need))
+        counter += need
     return tuple(rows)
 
 
@@ -206,7 +207,7 @@ def batches(
     *,
     max_model_len: int | None = None,
     max_tokens: int = 32,
-    max_buffer_rows: int = 64,
+    max_buffer_rows: int | None = None,
     max_decode_requests: int = 6,
     max_prefill_requests: int = 4,
     max_prefill_chunk: int = 24,
@@ -223,7 +224,8 @@ def batches(
     capacity from ``target``'s policy (the project's when None), decode
     requests (1..8 query tokens each) then prefill chunks (1..
     ``max_prefill_chunk`` tokens), at most ``max_tokens`` tokens in all,
-    buffers of ``T..max_buffer_rows`` rows, a block table of decode rows
+    buffers of ``T..max_buffer_rows`` rows (by default ``max(64, max_tokens + 8)``:
+    room for T tokens and tail padding), a block table of decode rows
     (:func:`block_tables`), sometimes as a slice of a wider table, and a
     ``slot_mapping`` with CUDA-graph padding tokens (negative slots) at the
     tail and sometimes inside, plus junk entries past T. The width is the
@@ -243,6 +245,8 @@ def batches(
     no requests, short sequences, identity page numbers, no padding.
     """
     check(max_tokens >= 0, f"max_tokens={max_tokens} must be >= 0")
+    if max_buffer_rows is None:
+        max_buffer_rows = max(64, max_tokens + MAX_QUERY_TOKENS_PER_DECODE)
     check(
         max_buffer_rows >= max_tokens + MAX_QUERY_TOKENS_PER_DECODE,
         f"max_buffer_rows={max_buffer_rows} must be >= max_tokens + 8 "

@@ -167,23 +167,33 @@ def check_build_arguments(
 
     if num_tokens == 0:
         return
-    first_negative = _first_index(positions < 0)
+    # The three value checks read the device once together: one
+    # synchronisation per call, not one per check. Only a failing check
+    # reads further, to name the first offender.
+    negative = positions < 0
+    flags = [negative.any()]
+    if num_decode:
+        decode_req = req[:num_decode]
+        bad_requests = (decode_req < 0) | (decode_req >= table.shape[0])
+        lengths = torch.clamp((positions[:num_decode] + 1) // ratio, max=width)
+        pages_needed = (lengths + block - 1) // block
+        too_few_columns = pages_needed > table.shape[1]
+        flags += [bad_requests.any(), too_few_columns.any()]
+    failed = torch.stack(flags).tolist()
+    if not any(failed):
+        return
+    first_negative = _first_index(negative)
     check(
         first_negative is None,
         f"positions[{first_negative}] is negative; positions must be >= 0",
     )
-    if num_decode == 0:
-        return
-    decode_req = req[:num_decode]
-    bad_req = _first_index((decode_req < 0) | (decode_req >= table.shape[0]))
+    bad_req = _first_index(bad_requests)
     if bad_req is not None:
         raise InvalidArgument(
             f"token_to_req_indices[{bad_req}]={int(decode_req[bad_req])} but block_table has "
             f"{table.shape[0]} rows; every decode token's request needs a block-table row"
         )
-    lengths = torch.clamp((positions[:num_decode] + 1) // ratio, max=width)
-    pages_needed = (lengths + block - 1) // block
-    bad_row = _first_index(pages_needed > table.shape[1])
+    bad_row = _first_index(too_few_columns)
     if bad_row is not None:
         raise InvalidArgument(
             f"decode token {bad_row} (position {int(positions[bad_row])}) attends to "

@@ -1,0 +1,59 @@
+"""``c128a bench --throughput``: a property run for a few examples on the CPU.
+
+Nothing here is timed: the run must report a positive rate, every phase by
+name, and leave the harness it instrumented as it found it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from c128a import batch, bench, cli, invariants, reference
+from c128a.targets import load_target
+
+
+def test_throughput_reports_examples_per_second_and_every_phase():
+    originals = (batch.Batch.tensors, reference.build_c128a_topk_metadata,
+                 invariants.check_matches_oracle)
+    report = bench.run_throughput(
+        load_target("reference"), torch.device("cpu"), "matches_oracle",
+        max_tokens=64, examples=4,
+    )
+    assert report["examples"] == 4
+    assert report["examples_per_s"] > 0
+    assert set(report["phases"]) == set(bench.THROUGHPUT_PHASES)
+    assert all(seconds >= 0 for seconds in report["phases"].values())
+    assert report["phases"]["draw"] > 0 and report["phases"]["kernel"] > 0
+    assert (batch.Batch.tensors, reference.build_c128a_topk_metadata,
+            invariants.check_matches_oracle) == originals
+
+
+def test_throughput_command_prints_the_breakdown_and_saves_json(
+    tmp_path, capsys, monkeypatch
+):
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    out = tmp_path / "throughput.json"
+    status = cli.main([
+        "bench", "--throughput", "--device", "cpu", "--target", "reference",
+        "--property", "adaptive_equals_full", "--examples", "3", "--max-tokens", "32",
+        "--json", str(out),
+    ])
+    assert status == 0
+    assert threads == [1]
+    printed = capsys.readouterr().out
+    assert "examples/s" in printed
+    for phase in bench.THROUGHPUT_PHASES:
+        assert f"  {phase} " in printed
+    saved = json.loads(out.read_text())
+    assert saved["property"] == "adaptive_equals_full" and saved["examples"] == 3
+
+
+def test_throughput_names_an_unknown_property():
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "--throughput", "--device", "cpu", "--target", "reference",
+                  "--property", "no_such_property", "--examples", "1"])
+    assert exit_info.value.code == cli.USAGE_ERROR
