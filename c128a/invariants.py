@@ -706,8 +706,9 @@ class BadInput:
     ``mutate(args, batch)`` returns a changed copy of the argument dict;
     ``argument`` must appear in the ValueError's message. ``contract`` marks
     the contract's own preconditions, which every validating target checks;
-    the others are the project's extra checks. ``needs`` is "", "tokens" or
-    "decode": what the batch must have for the case to apply.
+    the others are the project's extra checks. ``needs`` says what the batch must have for
+    the case to apply: "", "tokens", "two tokens", "decode", "decode entries"
+    or "two buffer rows".
     """
 
     name: str
@@ -723,6 +724,10 @@ class BadInput:
             return batch.num_decode_tokens > 0
         if self.needs == "decode entries":
             return _table_columns_needed(batch) > 0
+        if self.needs == "two tokens":
+            return batch.num_tokens >= 2
+        if self.needs == "two buffer rows":
+            return batch.buffer_rows >= 2
         return True
 
 
@@ -737,6 +742,11 @@ def _table_columns_needed(batch: Batch) -> int:
 
 def _with(args: dict, **changes) -> dict:
     return {**args, **changes}
+
+
+def _every_other(vector: torch.Tensor) -> torch.Tensor:
+    """The same values at stride 2: a view the kernels must not index densely."""
+    return vector.repeat_interleave(2)[::2]
 
 
 def _strided(buffer: torch.Tensor) -> torch.Tensor:
@@ -789,6 +799,68 @@ BAD_INPUTS: tuple[BadInput, ...] = (
         "prefill_buffer",
         True,
         lambda a, b: _with(a, prefill_buffer=_strided(a["prefill_buffer"])),
+    ),
+    BadInput(
+        "positions_not_dense",
+        "positions",
+        False,
+        lambda a, b: _with(a, positions=_every_other(a["positions"])),
+        needs="two tokens",
+    ),
+    BadInput(
+        "token_to_req_indices_not_dense",
+        "token_to_req_indices",
+        False,
+        lambda a, b: _with(a, token_to_req_indices=_every_other(a["token_to_req_indices"])),
+        needs="two tokens",
+    ),
+    BadInput(
+        "slot_mapping_not_dense",
+        "slot_mapping",
+        False,
+        lambda a, b: _with(a, slot_mapping=_every_other(a["slot_mapping"])),
+        needs="two tokens",
+    ),
+    BadInput(
+        "decode_lens_buffer_not_dense",
+        "decode_lens_buffer",
+        False,
+        lambda a, b: _with(a, decode_lens_buffer=_every_other(a["decode_lens_buffer"])),
+        needs="two buffer rows",
+    ),
+    BadInput(
+        "position_negative",
+        "positions",
+        False,
+        lambda a, b: _with(a, positions=torch.cat([a["positions"][:-1], a["positions"][-1:] * 0 - 5])),
+        needs="tokens",
+    ),
+    BadInput(
+        "token_to_req_indices_shorter_than_T",
+        "token_to_req_indices",
+        False,
+        lambda a, b: _with(a, token_to_req_indices=a["token_to_req_indices"][: b.num_tokens - 1]),
+        needs="tokens",
+    ),
+    BadInput(
+        "request_index_negative",
+        "token_to_req_indices",
+        False,
+        lambda a, b: _with(
+            a,
+            token_to_req_indices=torch.cat(
+                [a["token_to_req_indices"][:1] * 0 - 1, a["token_to_req_indices"][1:]]
+            ),
+        ),
+        needs="decode",
+    ),
+    BadInput("compress_ratio_zero", "compress_ratio", False, lambda a, b: _with(a, compress_ratio=0)),
+    BadInput("block_size_zero", "block_size", False, lambda a, b: _with(a, block_size=0)),
+    BadInput(
+        "width_not_an_int",
+        "max_compressed_tokens",
+        False,
+        lambda a, b: _with(a, max_compressed_tokens=float(a["max_compressed_tokens"])),
     ),
     BadInput(
         "positions_wrong_dtype",

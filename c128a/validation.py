@@ -63,8 +63,8 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> None:
         return
     check(
         tensor.stride(-1) == 1,
-        f"{name}.stride(-1)={tensor.stride(-1)} must be 1 "
-        "(rows must be dense; pass a row slice of a contiguous buffer)",
+        f"{name}.stride(-1)={tensor.stride(-1)} must be 1: the kernels index its last "
+        f"dimension densely (pass a slice of a contiguous tensor, or {name}.contiguous())",
     )
 
 
@@ -139,6 +139,13 @@ def check_build_arguments(
     prefill_buf = check_tensor(
         "prefill_buffer", prefill_buffer, dtype=torch.int32, ndim=2, device=device
     )
+    for name, vector in (
+        ("positions", positions),
+        ("token_to_req_indices", req),
+        ("slot_mapping", slots),
+        ("decode_lens_buffer", lens_buf),
+    ):
+        check_unit_last_stride(name, vector)
     for name, buf in (("global_decode_buffer", decode_buf), ("prefill_buffer", prefill_buf)):
         check(
             buf.stride(-1) == 1,
