@@ -29,7 +29,9 @@ class Batch:
     Tokens are ordered decode first, then prefill. ``block_table`` holds the
     rows of decode requests only; it is passed as the first ``len(row)``
     columns of a table whose row stride is ``block_table_row_stride`` (a slice
-    of a wider table, as vLLM passes it). ``slot_mapping`` may be longer than
+    of a wider table, as vLLM passes it). The prefill buffer may be
+    ``prefill_extra_columns`` wider than the decode buffer (another row
+    stride). ``slot_mapping`` may be longer than
     T; negative entries mark CUDA-graph padding tokens.
     """
 
@@ -43,6 +45,7 @@ class Batch:
     width: int
     buffer_rows: int
     block_table_row_stride: int = 0  # 0: dense, the table's own width
+    prefill_extra_columns: int = 0  # the prefill buffer is this much wider than C
     compress_ratio: int = policy.COMPRESS_RATIO
     block_size: int = 2
     table_junk: int = -7  # fills the table's columns past its width
@@ -151,12 +154,30 @@ class Buffers:
 
     @classmethod
     def allocate(
-        cls, rows: int, capacity: int, device: torch.device | str, fill: int = POISON
+        cls,
+        rows: int,
+        capacity: int,
+        device: torch.device | str,
+        fill: int = POISON,
+        *,
+        prefill_capacity: int | None = None,
     ) -> "Buffers":
+        prefill_capacity = capacity if prefill_capacity is None else prefill_capacity
         return cls(
             global_decode=torch.full((rows, capacity), fill, dtype=torch.int32, device=device),
             decode_lens=torch.full((rows,), fill, dtype=torch.int32, device=device),
-            prefill=torch.full((rows, capacity), fill, dtype=torch.int32, device=device),
+            prefill=torch.full((rows, prefill_capacity), fill, dtype=torch.int32, device=device),
+        )
+
+    @classmethod
+    def for_batch(cls, batch: "Batch", device: torch.device | str, fill: int = POISON) -> "Buffers":
+        """The persistent buffers ``batch`` describes, filled with ``fill``."""
+        return cls.allocate(
+            batch.buffer_rows,
+            batch.capacity,
+            device,
+            fill,
+            prefill_capacity=batch.capacity + batch.prefill_extra_columns,
         )
 
     def clone(self) -> "Buffers":
@@ -205,6 +226,6 @@ def build(
     into ``buffers`` (fresh, poisoned with :data:`POISON`, by default)."""
     width = batch.width if width is None else width
     if buffers is None:
-        buffers = Buffers.allocate(batch.buffer_rows, batch.capacity, device)
+        buffers = Buffers.for_batch(batch, device)
     views = call_builder(builder, batch, batch.tensors(device), buffers, width)
     return BuildResult(batch=batch, width=width, views=tuple(views), buffers=buffers)

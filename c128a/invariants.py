@@ -365,7 +365,7 @@ def check_step(target, batch: Batch, device, *, buffers: Buffers | None = None) 
     padding and sentinels, and untouched memory against a snapshot taken
     before the call. Returns the :class:`BuildResult`."""
     if buffers is None:
-        buffers = Buffers.allocate(batch.buffer_rows, batch.capacity, device)
+        buffers = Buffers.for_batch(batch, device)
     before = buffers.clone()
     result = build(target.build_c128a_topk_metadata, batch, device, buffers=buffers)
     check_views(target, result)
@@ -784,8 +784,8 @@ BAD_INPUTS: tuple[BadInput, ...] = (
         True,
         lambda a, b: _with(
             a,
-            max_compressed_tokens=a["prefill_buffer"].shape[1],
-            prefill_buffer=a["prefill_buffer"][:, : a["prefill_buffer"].shape[1] - 128],
+            max_compressed_tokens=a["global_decode_buffer"].shape[1],
+            prefill_buffer=a["prefill_buffer"][:, : a["global_decode_buffer"].shape[1] - 128],
         ),
     ),
     BadInput(
@@ -993,7 +993,7 @@ def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
         return
     # One set of buffers for every case: a rejected call writes nothing, and
     # the first case that writes fails the check.
-    buffers = Buffers.allocate(batch.buffer_rows, batch.capacity, device)
+    buffers = Buffers.for_batch(batch, device)
     snapshot = buffers.clone()
     tensors = batch.tensors(device)
     for case in cases:

@@ -49,7 +49,7 @@ def _views(target, batch: Batch, device) -> None:
 
 
 def _untouched_memory(target, batch: Batch, device) -> None:
-    buffers = Buffers.allocate(batch.buffer_rows, batch.capacity, device)
+    buffers = Buffers.for_batch(batch, device)
     before = buffers.clone()
     result = build(target.build_c128a_topk_metadata, batch, device, buffers=buffers)
     invariants.check_untouched_memory(target, result, before)

@@ -337,6 +337,9 @@ def batches(
 
     num_tokens = len(positions)
     buffer_rows = draw(st.integers(max(num_tokens, 1), max(max_buffer_rows, num_tokens, 1)))
+    # Sometimes a wider prefill buffer: its row stride then differs from the
+    # decode buffer's, so a builder that mixes the two up writes wrong rows.
+    prefill_extra = draw(st.sampled_from((0, 0, 0, 128)))
 
     num_prefill = num_tokens - num_decode
     mix = (
@@ -375,6 +378,7 @@ def batches(
         width=width,
         buffer_rows=buffer_rows,
         block_table_row_stride=row_stride,
+        prefill_extra_columns=prefill_extra,
         compress_ratio=COMPRESS_RATIO,
         block_size=BLOCK_SIZE,
         labels=labels,
