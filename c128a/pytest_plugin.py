@@ -22,6 +22,13 @@ MARKERS = (
 )
 
 _state_key = pytest.StashKey[dict]()
+_session_target = None  # the loaded target of this process's session, for strategies
+
+
+def session_target():
+    """The target this pytest session tests (None when unavailable or outside
+    a session), so strategies can draw widths and capacities from its policy."""
+    return _session_target
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -184,6 +191,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
     except TargetUnavailable as exc:
         unavailable = str(exc)
+    global _session_target
+    _session_target = target
     strict_sentinels = resolve_strict_sentinels(
         config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
     )

@@ -14,7 +14,14 @@ from hypothesis import example, given, strategies as st
 from c128a.batch import Buffers
 from c128a.invariants import check_step
 from c128a.properties import PROPERTIES
-from c128a.strategies import HISTORICAL_BATCHES, batches, max_model_lens
+from c128a.pytest_plugin import session_target
+from c128a.strategies import HISTORICAL_BATCHES, batches as project_batches, max_model_lens
+
+
+def batches(**options):
+    """Engine batches under the selected target's own width policy, resolved
+    at the first draw (the target is loaded after this module is imported)."""
+    return st.deferred(lambda: project_batches(session_target(), **options))
 
 
 def with_history(test):
