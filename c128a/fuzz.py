@@ -246,8 +246,21 @@ class _Worker:
             self.progress.flush()
             number += 1
 
+    def round_settings(self, examples: int):
+        """Settings of one round: the run's profile and database, seeded by the round."""
+        from hypothesis import settings
+
+        return settings(
+            parent=self.profile,
+            database=self.database,
+            max_examples=examples,
+            report_multiple_bugs=False,
+            print_blob=True,
+            derandomize=False,
+        )
+
     def property_round(self, prop, seed: int, examples: int) -> None:
-        from hypothesis import given, settings
+        from hypothesis import given
         from hypothesis import seed as use_seed
 
         failing: list = []
@@ -269,14 +282,9 @@ class _Worker:
         # the database replays the failures of that property.
         fuzz_example._hypothesis_internal_add_digest = f"c128a-fuzz:{prop.name}".encode()
         # settings() outside seed(): @seed alone switches the database off.
-        test = settings(
-            parent=self.profile,
-            database=self.database,
-            max_examples=examples,
-            report_multiple_bugs=False,
-            print_blob=True,
-            derandomize=False,
-        )(use_seed(seed)(given(prop.strategy(self.target))(fuzz_example)))
+        test = self.round_settings(examples)(
+            use_seed(seed)(given(prop.strategy(self.target))(fuzz_example))
+        )
         self.progress.running = prop.name
         try:
             test()
@@ -301,7 +309,6 @@ class _Worker:
 
     def machine_round(self, seed: int, examples: int) -> None:
         from hypothesis import seed as use_seed
-        from hypothesis import settings
         from hypothesis.stateful import run_state_machine_as_test
 
         machine = self.machine_factory(self.target, self.device)
@@ -317,14 +324,7 @@ class _Worker:
         try:
             run_state_machine_as_test(
                 counted,
-                settings=settings(
-                    parent=self.profile,
-                    database=self.database,
-                    max_examples=examples,
-                    report_multiple_bugs=False,
-                    print_blob=True,
-                    derandomize=False,
-                ),
+                settings=self.round_settings(examples),
             )
         except Exception as exc:
             if is_cuda_fault(exc):

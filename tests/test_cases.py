@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import pytest
 import torch
@@ -15,15 +13,9 @@ from hypothesis import strategies as st
 
 from c128a import cases, cli, reference
 from c128a.batch import Batch, build
+from c128a.properties import Property
 
 THRESHOLD = 1000
-
-
-@dataclass(frozen=True)
-class StandInProperty:
-    name: str
-    strategy: Callable
-    check: Callable
 
 
 def lens_match_reference(target, batch: Batch, device) -> None:
@@ -39,7 +31,7 @@ def lens_match_reference(target, batch: Batch, device) -> None:
         )
 
 
-STANDIN_PROPERTIES = {"lens": StandInProperty("lens", None, lens_match_reference)}
+STANDIN_PROPERTIES = {"lens": Property("lens", None, lens_match_reference)}
 
 
 def _lens_off_by_one(*args):

@@ -16,10 +16,8 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import pytest
 import torch
@@ -29,18 +27,12 @@ from rich.console import Console
 
 from c128a import cases, cli, fuzz, reference
 from c128a.batch import Batch, build
+from c128a.properties import Property
 
 PLANT_ENV = "C128A_TEST_PLANTED_MARKER"
 WIDTH = 128
 PAGES = WIDTH // 2
 THRESHOLD = 1000
-
-
-@dataclass(frozen=True)
-class StandInProperty:
-    name: str
-    strategy: Callable
-    check: Callable
 
 
 def small_batches(target) -> st.SearchStrategy[Batch]:
@@ -104,10 +96,10 @@ def cuda_fault_once(target, batch, device) -> None:
 
 
 STANDIN_PROPERTIES = {
-    "cuda_fault_once": StandInProperty("cuda_fault_once", small_batches, cuda_fault_once),
-    "matches_reference": StandInProperty("matches_reference", small_batches, matches_reference),
-    "crashes_once": StandInProperty("crashes_once", small_batches, crashes_once),
-    "hangs_once": StandInProperty("hangs_once", small_batches, hangs_once),
+    "cuda_fault_once": Property("cuda_fault_once", small_batches, cuda_fault_once),
+    "matches_reference": Property("matches_reference", small_batches, matches_reference),
+    "crashes_once": Property("crashes_once", small_batches, crashes_once),
+    "hangs_once": Property("hangs_once", small_batches, hangs_once),
 }
 PROPERTIES_SPEC = f"{__name__}:STANDIN_PROPERTIES"
 
