@@ -159,6 +159,23 @@ def _build_spill_past_width(*args):
 
 
 @_mutant(
+    "writes prefill rows at the decode buffer's row stride: the two buffers' strides "
+    "mixed up, wrong only when the prefill buffer is wider",
+    "packed stride",
+    ("matches_oracle", "untouched_memory"),
+)
+def _build_prefill_at_decode_stride(*args):
+    _validated(args)
+    (positions, _, d, _, _, _, _, dbuf, lbuf, pbuf, width) = args
+    decode, lens, prefill = _rows_of(args)
+    _write(dbuf, lbuf, pbuf[:0], decode, lens, prefill[:0])
+    # The strategies only ever widen the prefill buffer, so this stays inside it.
+    misplaced = torch.as_strided(pbuf, (prefill.shape[0], width), (dbuf.stride(0), 1))
+    misplaced.copy_(prefill)
+    return returned_views(dbuf, lbuf, pbuf, positions.shape[0], d, width)
+
+
+@_mutant(
     "writes 8,192 columns per row (the signature's default) at the buffer's row "
     "stride, so a narrower buffer's row spills into the rows after it",
     "spill past the row",
