@@ -9,10 +9,12 @@ Hypothesis shrinks a failure and serialises to JSON as a regression case.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import torch
 
@@ -21,13 +23,81 @@ from . import policy
 POISON = -99
 """Fill value of every buffer before a build: anything still -99 was not written."""
 
+PAGE_PRIME = 1_000_003
+"""Page numbers are an affine permutation modulo this prime: unique, shuffled,
+and small enough that ``page * block_size`` fits in int32."""
+
+
+@dataclass(frozen=True, eq=False)
+class PermutedBlockTable(Sequence):
+    """Block-table rows of unique, shuffled page numbers, held as the few ints
+    that describe them.
+
+    Row ``r`` holds ``pages_needed[r]`` pages ``(scale * k + offset) % prime``
+    for consecutive ``k`` (counting on from the previous row), then ``junk``
+    up to ``width`` columns. It is a sequence of row tuples like the explicit
+    form (rows materialise when indexed, and it equals the explicit table it
+    describes), but :meth:`Batch.tensors` builds it with a few tensor ops: a
+    1M-context step's table holds hundreds of thousands of entries, too many
+    to handle one Python int at a time on every example.
+    """
+
+    pages_needed: tuple[int, ...]
+    width: int
+    scale: int = 1
+    offset: int = 0
+    junk: int = -7
+    prime: int = PAGE_PRIME
+
+    def __post_init__(self):
+        if self.width < max(self.pages_needed, default=0):
+            raise ValueError(f"width={self.width} < the largest row need {max(self.pages_needed)}")
+
+    @functools.cached_property
+    def _first_pages(self) -> tuple[int, ...]:
+        return tuple(itertools.accumulate(self.pages_needed, initial=0))
+
+    def __len__(self) -> int:
+        return len(self.pages_needed)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
+        row = range(len(self))[index]  # IndexError and negative indices as a tuple's
+        first, need = self._first_pages[row], self.pages_needed[row]
+        pages = tuple((self.scale * k + self.offset) % self.prime for k in range(first, first + need))
+        return pages + (self.junk,) * (self.width - need)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, PermutedBlockTable) and dataclasses.astuple(self) == dataclasses.astuple(other):
+            return True
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def tensor(self, device: torch.device | str) -> torch.Tensor:
+        """The rows as an int32 tensor [len(self), width] on ``device``."""
+        needed = torch.tensor(self.pages_needed, dtype=torch.int64, device=device)
+        first = torch.tensor(self._first_pages[:-1], dtype=torch.int64, device=device)
+        columns = torch.arange(self.width, dtype=torch.int64, device=device)
+        pages = (first[:, None] + columns) * self.scale + self.offset
+        pages = torch.remainder(pages, self.prime)
+        return torch.where(columns < needed[:, None], pages, self.junk).to(torch.int32)
+
+
+BlockTable = Union[tuple[tuple[int, ...], ...], PermutedBlockTable]
+
 
 @dataclass(frozen=True)
 class Batch:
     """The arguments of one ``build_c128a_topk_metadata`` call, engine-shaped.
 
     Tokens are ordered decode first, then prefill. ``block_table`` holds the
-    rows of decode requests only; it is passed as the first ``len(row)``
+    rows of decode requests only, explicitly or as a
+    :class:`PermutedBlockTable`; it is passed as the first ``len(row)``
     columns of a table whose row stride is ``block_table_row_stride`` (a slice
     of a wider table, as vLLM passes it). The prefill buffer may be
     ``prefill_extra_columns`` wider than the decode buffer (another row
@@ -38,7 +108,7 @@ class Batch:
     positions: tuple[int, ...]
     num_decode_tokens: int
     token_to_req_indices: tuple[int, ...]
-    block_table: tuple[tuple[int, ...], ...]
+    block_table: BlockTable
     slot_mapping: tuple[int, ...]
     max_model_len: int
     capacity: int
@@ -61,12 +131,21 @@ class Batch:
 
     @property
     def table_width(self) -> int:
+        if isinstance(self.block_table, PermutedBlockTable):
+            return self.block_table.width if self.block_table else 0
         return len(self.block_table[0]) if self.block_table else 0
 
     @property
     def max_seq_len(self) -> int:
         """Longest sequence seen by the batch: last position + 1."""
         return max(self.positions, default=-1) + 1
+
+    def validate(self) -> None:
+        """Raise :class:`~c128a.validation.InvalidArgument` unless this step,
+        as the builder's arguments, is inside the contract (checked on the CPU)."""
+        from .validation import check_build_arguments
+
+        call_builder(check_build_arguments, self, self.tensors("cpu"), Buffers.for_batch(self, "cpu"), self.width)
 
     def with_width(self, width: int) -> "Batch":
         return dataclasses.replace(self, width=width)
@@ -97,43 +176,71 @@ class Batch:
         ``table_width`` columns of a table whose row stride is
         ``block_table_row_stride``, its other columns holding ``table_junk``.
 
-        Built with two host-to-device copies (one per dtype): every argument
-        is a view of one of them."""
+        Built with two host-to-device copies (one per dtype), every argument
+        a view of one of them starting on a 16-byte boundary, as slices of an
+        engine's persistent buffers do (Triton specialises on pointer
+        alignment: views at odd offsets would compile other variants as T
+        changes). A :class:`PermutedBlockTable` is built on the device, once
+        for the latest batch; later calls get a copy of it."""
         rows = len(self.block_table)
         width = self.table_width
         stride = max(self.block_table_row_stride, width, 1)
         num_tokens = len(self.positions)
+        num_requests = len(self.token_to_req_indices)
         wide_rows = max(rows, 1)
+        permuted = isinstance(self.block_table, PermutedBlockTable)
         # array() converts a flat sequence of Python ints in C, far faster
         # than torch.tensor on nested tuples; it raises OverflowError for a
         # value outside the dtype, as torch.tensor does.
         longs = array("q", self.positions)
+        longs.extend([0] * (-num_tokens % 2))
+        slots_start = len(longs)
         longs.extend(self.slot_mapping)
         ints = array("i", self.token_to_req_indices)
-        if stride == width:
-            ints.extend(itertools.chain.from_iterable(self.block_table))
-            ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
-        else:
+        ints.extend([0] * (-num_requests % 4))
+        table_start = len(ints)
+        if not permuted:
             junk = [self.table_junk] * (stride - width)
             for row in self.block_table:
                 ints.extend(row)
                 ints.extend(junk)
             ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
         longs_host = torch.frombuffer(longs, dtype=torch.int64) if longs else _EMPTY_LONGS
-        ints_host = torch.frombuffer(ints, dtype=torch.int32)
+        ints_host = torch.frombuffer(ints, dtype=torch.int32) if ints else _EMPTY_INTS
         longs_device = longs_host.to(device, copy=True)
         ints_device = ints_host.to(device, copy=True)
-        num_requests = len(self.token_to_req_indices)
-        wide = ints_device[num_requests:].view(wide_rows, stride)
+        if permuted:
+            wide = _permuted_table_on(device, self.block_table, wide_rows, stride, self.table_junk)
+        else:
+            wide = ints_device[table_start:].view(wide_rows, stride)
         return BatchTensors(
             positions=longs_device[:num_tokens],
             token_to_req_indices=ints_device[:num_requests],
             block_table=wide[:rows, :width],
-            slot_mapping=longs_device[num_tokens:],
+            slot_mapping=longs_device[slots_start:],
         )
 
 
+# The latest PermutedBlockTable built on a device: a property builds the same
+# batch for the target and again for the oracle, and the table is most of the
+# work. The target gets a copy, so a target that writes into its inputs
+# cannot change what the oracle reads.
+_latest_table: list = [None, None]  # [(table, device, rows, stride, junk), tensor]
+
+
+def _permuted_table_on(device, table: PermutedBlockTable, rows: int, stride: int, junk: int):
+    key = (table, str(device), rows, stride, junk)
+    cached_key, cached = _latest_table
+    if cached_key is None or cached_key[0] is not table or cached_key[1:] != key[1:]:
+        cached = torch.full((rows, stride), junk, dtype=torch.int32, device=device)
+        if len(table):
+            cached[: len(table), : table.width] = table.tensor(device)
+        _latest_table[:] = [key, cached]
+    return cached.clone()
+
+
 _EMPTY_LONGS = torch.empty(0, dtype=torch.int64)
+_EMPTY_INTS = torch.empty(0, dtype=torch.int32)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .batch import Batch
+from .validation import InvalidArgument
 
 CASE_FORMAT = "c128a-case/1"
 KINDS = ("failure", "crash", "hang", "serving_loop")
@@ -230,9 +231,14 @@ def batch_from_json(data: Any, path: Path | str | None = None, field: str = "bat
         ):
             raise CaseError(path, f"{field}.{name}", "must be a list of strings")
     try:
-        return Batch.from_json(data)
+        batch = Batch.from_json(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise CaseError(path, field, f"not a valid Batch: {exc}") from exc
+    try:
+        batch.validate()
+    except InvalidArgument as exc:
+        raise CaseError(path, field, f"outside the contract: {exc}") from exc
+    return batch
 
 
 def case_from_json(data: Any, path: Path | str | None = None) -> Case:

@@ -70,6 +70,7 @@ class FuzzConfig:
     device: str = "cpu"
     minutes: float | None = None
     max_examples: int | None = None
+    max_tokens: int | None = None  # None: each property's default step size
     seed: int = 0
     workers: int = 1
     db: str = DEFAULT_DB
@@ -246,6 +247,12 @@ class _Worker:
             self.progress.flush()
             number += 1
 
+    def strategy_of(self, prop):
+        """The property's strategy, at --max-tokens when given."""
+        if self.config.max_tokens is None:
+            return prop.strategy(self.target)
+        return prop.strategy(self.target, max_tokens=self.config.max_tokens)
+
     def round_settings(self, examples: int):
         """Settings of one round: the run's profile and database, seeded by the round."""
         from hypothesis import settings
@@ -283,7 +290,7 @@ class _Worker:
         fuzz_example._hypothesis_internal_add_digest = f"c128a-fuzz:{prop.name}".encode()
         # settings() outside seed(): @seed alone switches the database off.
         test = self.round_settings(examples)(
-            use_seed(seed)(given(prop.strategy(self.target))(fuzz_example))
+            use_seed(seed)(given(self.strategy_of(prop))(fuzz_example))
         )
         self.progress.running = prop.name
         try:
@@ -690,6 +697,7 @@ class Supervisor:
             "workers": self.config.workers,
             "minutes": self.config.minutes,
             "max_examples": self.config.max_examples,
+            "max_tokens": self.config.max_tokens,
             "database": self.config.db,
             "cases_dir": self.config.cases_dir,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_wall)),
@@ -735,8 +743,9 @@ def _duration(seconds: float) -> str:
 def summary_table(report: dict[str, Any]):
     from rich.table import Table
 
+    steps = f", steps of up to {report['max_tokens']} tokens" if report.get("max_tokens") else ""
     table = Table(title=f"c128a fuzz summary: {report['target']} on {report['device']}, "
-                  f"seed {report['seed']}, {report['elapsed_s']:.0f} s, {report['status']}",
+                  f"seed {report['seed']}{steps}, {report['elapsed_s']:.0f} s, {report['status']}",
                   title_justify="left")
     for column in ("worker", "examples", "ex/s", "failures", "crashes", "hangs", "restarts"):
         table.add_column(column, justify="right")
@@ -785,6 +794,7 @@ DEFAULTS: dict[str, Any] = {
     "device": None,
     "minutes": None,
     "max_examples": None,
+    "max_tokens": None,
     "seed": None,
     "workers": None,
     "db": DEFAULT_DB,
@@ -801,7 +811,8 @@ DEFAULTS: dict[str, Any] = {
     "live": None,
 }
 _CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
-    "target": str, "device": str, "minutes": (int, float), "max_examples": int, "seed": int,
+    "target": str, "device": str, "minutes": (int, float), "max_examples": int,
+    "max_tokens": int, "seed": int,
     "workers": int, "db": str, "cases_dir": str, "report": str,
     "example_timeout": (int, float), "exitfirst": bool, "profile": str, "chunk": int,
     "only": (str, list), "stateful": bool, "properties": str, "machine": str,
@@ -821,6 +832,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "--max-examples is 1")
     parser.add_argument("--max-examples", type=int, metavar="N",
                         help="stop after N examples in all (shared among the workers)")
+    parser.add_argument("--max-tokens", type=int, metavar="N",
+                        help="draw engine steps of up to N tokens (more requests, longer "
+                        "prefill chunks; default: each property's own size, 32 for most)")
     parser.add_argument("--seed", type=int,
                         help="seed of the whole run (default: random, reported)")
     parser.add_argument(
@@ -920,7 +934,7 @@ def config_from_args(args: argparse.Namespace) -> FuzzConfig:
     for name in ("minutes", "example_timeout"):
         if options[name] is not None and not (options[name] > 0 and math.isfinite(options[name])):
             raise usage_error(f"--{name.replace('_', '-')}={options[name]} must be > 0")
-    for name in ("max_examples", "chunk"):
+    for name in ("max_examples", "chunk", "max_tokens"):
         if options[name] is not None and options[name] < 1:
             raise usage_error(f"--{name.replace('_', '-')}={options[name]} must be >= 1")
     from .profiles import PROFILES
@@ -946,6 +960,7 @@ def config_from_args(args: argparse.Namespace) -> FuzzConfig:
         device=device,
         minutes=minutes,
         max_examples=options["max_examples"],
+        max_tokens=options["max_tokens"],
         seed=seed,
         workers=workers,
         db=options["db"],

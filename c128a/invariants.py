@@ -168,13 +168,17 @@ def _compare_rows(
 
 def expected_result(batch: Batch, width: int, device, decode_width: int | None = None):
     """The oracle's (global_decode, decode_lens, prefill_local) for ``batch`` at
-    ``width`` (decode rows at ``decode_width``, W by default), as fresh tensors."""
+    ``width`` (decode rows at ``decode_width``, W by default), as fresh tensors.
+
+    The oracle runs without its argument checks: batches come from the
+    strategies, which only draw valid steps (tests/test_validation.py checks
+    that), or from a case file, which :mod:`c128a.cases` checks on loading."""
     decode_width = width if decode_width is None else decode_width
 
     def run(w: int):
         rows = max(batch.num_tokens, 1)
         buffers = Buffers.allocate(rows, w, device)
-        return build(reference.build_c128a_topk_metadata, batch, device, width=w, buffers=buffers)
+        return build(reference.write_metadata, batch, device, width=w, buffers=buffers)
 
     adaptive = run(width)
     decode_source = adaptive if decode_width == width else run(decode_width)

@@ -46,7 +46,7 @@ def build_c128a_topk_metadata(
     prefill_buffer: torch.Tensor,
     max_compressed_tokens: int = 8192,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    check_build_arguments(
+    arguments = (
         positions,
         compress_ratio,
         num_decode_tokens,
@@ -59,6 +59,27 @@ def build_c128a_topk_metadata(
         prefill_buffer,
         max_compressed_tokens,
     )
+    check_build_arguments(*arguments)
+    return write_metadata(*arguments)
+
+
+def write_metadata(
+    positions: torch.Tensor,
+    compress_ratio: int,
+    num_decode_tokens: int,
+    token_to_req_indices: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    slot_mapping: torch.Tensor,
+    global_decode_buffer: torch.Tensor,
+    decode_lens_buffer: torch.Tensor,
+    prefill_buffer: torch.Tensor,
+    max_compressed_tokens: int = 8192,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`build_c128a_topk_metadata` without the argument checks, for
+    arguments already known to be inside the contract (the harness's
+    expected values: checking them again costs a device synchronisation on
+    every example)."""
     width = max_compressed_tokens
     num_tokens = positions.shape[0]
     num_decode = num_decode_tokens

@@ -27,7 +27,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 
 from . import policy
-from .batch import Batch
+from .batch import PAGE_PRIME, Batch, PermutedBlockTable
 from .validation import check, check_positive_int
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "capacities",
     "engine_batch",
     "max_model_lens",
-    "sequence_lengths",
 ]
 
 COMPRESS_RATIO = policy.COMPRESS_RATIO
@@ -60,11 +59,6 @@ EDGE_MAX_MODEL_LENS = (
 """Model lengths where capacities and widths have broken before. The first
 is what shrinking aims for: a capacity above the smallest width, so a build
 at W = 128 leaves columns that must stay untouched."""
-
-PAGE_PRIME = 1_000_003
-"""Page numbers are an affine permutation modulo this prime: unique, shuffled,
-and small enough that ``page * block_size`` fits in int32."""
-
 
 def _in_test() -> bool:
     return currently_in_test_context()
@@ -93,10 +87,15 @@ def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
     size occur), or any length at all. Shrinks towards the first edge, 81,920 (C = 640)."""
     check_positive_int("max_value", max_value)
     edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
-    # Magnitudes from 2**14 up: below that every capacity is 128.
+    # Magnitudes from 2**14 up: below that every capacity is 128. One
+    # strategy per magnitude (not a flatmap, which builds and validates a new
+    # strategy on every draw).
     top = max_value.bit_length()
-    magnitudes = st.integers(min(15, top), top).flatmap(
-        lambda k: st.integers(max(1, 1 << (k - 1)), min(max_value, (1 << k) - 1))
+    magnitudes = st.one_of(
+        *(
+            st.integers(max(1, 1 << (k - 1)), min(max_value, (1 << k) - 1))
+            for k in range(min(15, top), top + 1)
+        )
     )
     choices = [st.sampled_from(edges)] if edges else []
     return st.one_of(*choices, magnitudes, st.integers(1, max_value))
@@ -124,50 +123,90 @@ def _length_edges(max_len: int) -> tuple[int, ...]:
     return tuple(sorted(v for v in edges if 1 <= v <= max_len))
 
 
-# Strategies are immutable: one object per (max_len, min_len) saves
-# Hypothesis re-deriving its properties on every draw of a request.
 @functools.lru_cache(maxsize=4096)
-def sequence_lengths(max_len: int, *, min_len: int = 1) -> st.SearchStrategy[int]:
-    """A request's sequence length in [min_len, max_len], half the time at an
-    edge: last position p with (p + 1) % 128 in {0, 1}, ``L // 128`` at and
-    around powers of two (where W jumps), or exactly ``max_len``. Shrinks
-    towards ``min_len``."""
-    check_positive_int("max_len", max_len)
-    check(1 <= min_len <= max_len, f"min_len={min_len} must be in [1, max_len={max_len}]")
-    edges = [v for v in _length_edges(max_len) if v >= min_len]
-    choices = [st.integers(min_len, max_len)]
-    if edges:
-        choices.append(st.sampled_from(edges))
-    return st.one_of(*choices)
+def _edges_from(max_len: int, min_len: int) -> tuple[int, ...]:
+    return tuple(v for v in _length_edges(max_len) if v >= min_len)
+
+
+# Bulk parameters (requests, padding tokens, the table's permutation) come
+# from one byte string each: one Hypothesis choice instead of two or three
+# per request, which at 512 tokens made drawing the batch most of an
+# example's time. Bytes shrink towards shorter strings of zeros, and zero
+# bytes decode to the simplest value (one query token, the shortest
+# sequence, position 0, identity pages), so shrinking still ends at the
+# smallest step.
+REQUEST_BYTES = 6  # query length (2), edge selector (1), sequence length (3)
+PAD_BYTES = 5  # source token (2), position (3)
+INDEX_BYTES = 2
+SLOT_BYTES = 3
+TABLE_BYTES = 12  # junk columns (1), scale (3), offset (3), junk kind (1), junk (4)
+
+
+def _uint(data: bytes) -> int:
+    return int.from_bytes(data, "big")
+
+
+def _sequence_length(selector: int, value: int, min_len: int, max_len: int) -> int:
+    """A sequence length in [min_len, max_len]: for an odd ``selector`` one of
+    the edges (last position p with (p + 1) % 128 in {0, 1}, ``L // 128`` at
+    and around powers of two, ``max_len``), else ``value`` spread uniformly;
+    zeros give ``min_len``."""
+    edges = _edges_from(max_len, min_len)
+    if selector & 1 and edges:
+        return edges[value % len(edges)]
+    return min_len + value % (max_len - min_len + 1)
+
+
+def _decode_requests(blob: bytes, max_tokens: int, max_query: int, max_len: int) -> list["_Request"]:
+    """Requests from :data:`REQUEST_BYTES` bytes each, until ``max_tokens``
+    query tokens are spent; half of the sequence lengths sit at an edge."""
+    requests = []
+    budget = max_tokens
+    for start in range(0, len(blob) - REQUEST_BYTES + 1, REQUEST_BYTES):
+        if budget < 1:
+            break
+        record = blob[start : start + REQUEST_BYTES]
+        query = 1 + _uint(record[0:2]) % max(1, min(max_query, budget, max_len))
+        seq = _sequence_length(record[2], _uint(record[3:6]), query, max_len)
+        requests.append(_Request(seq_len=seq, query_len=query))
+        budget -= query
+    return requests
+
+
+def _signed(value: int, bound: int) -> int:
+    """``value`` folded into [-bound, bound], zero first: 0, -1, 1, -2, 2, ..."""
+    value %= 2 * bound + 1
+    return -(value + 1) // 2 if value % 2 else value // 2
 
 
 @st.composite
-def block_tables(
-    draw, pages_needed: list[int], *, max_junk_columns: int = 3
-) -> tuple[tuple[int, ...], ...]:
+def block_tables(draw, pages_needed: list[int], *, max_junk_columns: int = 3) -> PermutedBlockTable:
     """Block-table rows for requests needing ``pages_needed[i]`` pages each.
 
     Page numbers are unique across the table and shuffled (an affine
-    permutation of 0..N-1 modulo :data:`PAGE_PRIME`); every row has the same
-    width, at least the largest need plus 0..``max_junk_columns`` extra
-    columns, and columns past a row's need hold junk (possibly negative or
-    huge), which a correct builder never reads. Shrinks towards pages
-    0, 1, 2, ... in order, no extra columns and junk -7.
+    permutation of 0..N-1 modulo :data:`PAGE_PRIME`, held as a
+    :class:`~c128a.batch.PermutedBlockTable`); every row has the same width,
+    at least the largest need plus 0..``max_junk_columns`` extra columns,
+    and columns past a row's need hold junk (possibly negative or huge),
+    which a correct builder never reads. Shrinks towards pages 0, 1, 2, ...
+    in order, no extra columns and junk -7.
     """
+    return _draw_block_table(draw, pages_needed, max_junk_columns)
+
+
+def _draw_block_table(draw, pages_needed: list[int], max_junk_columns: int = 3):
     if not pages_needed:
         return ()
-    width = max(pages_needed) + draw(st.integers(0, max_junk_columns))
-    width = max(width, 1)
-    scale = draw(st.integers(1, PAGE_PRIME - 1))
-    offset = draw(st.integers(0, PAGE_PRIME - 1))
-    junk = draw(st.one_of(st.just(-7), st.integers(-(2**31), 2**31 - 1)))
-    rows = []
-    counter = 0
-    for need in pages_needed:
-        pages = tuple((scale * page + offset) % PAGE_PRIME for page in range(counter, counter + need))
-        rows.append(pages + (junk,) * (width - need))
-        counter += need
-    return tuple(rows)
+    data = draw(st.binary(min_size=TABLE_BYTES, max_size=TABLE_BYTES))
+    width = max(max(pages_needed) + data[0] % (max_junk_columns + 1), 1)
+    junk = _signed(_uint(data[8:12]), 2**31 - 1) if data[7] & 1 else -7
+    return PermutedBlockTable(
+        pages_needed=tuple(pages_needed),
+        width=width,
+        scale=1 + _uint(data[1:4]) % (PAGE_PRIME - 1),
+        offset=_uint(data[4:7]) % PAGE_PRIME,
+        junk=junk,
+    )
 
 
 @dataclass(frozen=True)
@@ -184,20 +223,11 @@ def _pages_for(seq_len: int, block_size: int) -> int:
     return -(-entries // block_size)
 
 
-@st.composite
-def _requests(draw, count_range, max_tokens, max_query, max_len):
+def _draw_requests(draw, count_range, max_tokens, max_query, max_len) -> list[_Request]:
     low, high = count_range
     count = draw(st.integers(low, high))
-    requests = []
-    budget = max_tokens
-    for _ in range(count):
-        if budget < 1:
-            break
-        query = draw(st.integers(1, max(1, min(max_query, budget, max_len))))
-        seq = draw(sequence_lengths(max_len, min_len=query))
-        requests.append(_Request(seq_len=seq, query_len=query))
-        budget -= query
-    return requests
+    size = count * REQUEST_BYTES
+    return _decode_requests(draw(st.binary(min_size=size, max_size=size)), max_tokens, max_query, max_len)
 
 
 @st.composite
@@ -258,22 +288,20 @@ def batches(
     model_len = draw(st.just(max_model_len) if max_model_len else max_model_lens())
     capacity = capacity_width(model_len, COMPRESS_RATIO)
 
-    decode = draw(
-        _requests(
-            (min_decode_requests, max_decode_requests),
-            max_tokens - min_prefill_requests,
-            MAX_QUERY_TOKENS_PER_DECODE,
-            model_len,
-        )
+    decode = _draw_requests(
+        draw,
+        (min_decode_requests, max_decode_requests),
+        max_tokens - min_prefill_requests,
+        MAX_QUERY_TOKENS_PER_DECODE,
+        model_len,
     )
     used = sum(r.query_len for r in decode)
-    prefill = draw(
-        _requests(
-            (min_prefill_requests, max_prefill_requests),
-            max_tokens - used,
-            max_prefill_chunk,
-            model_len,
-        )
+    prefill = _draw_requests(
+        draw,
+        (min_prefill_requests, max_prefill_requests),
+        max_tokens - used,
+        max_prefill_chunk,
+        model_len,
     )
 
     positions: list[int] = []
@@ -298,7 +326,7 @@ def batches(
             width = draw(st.integers(1, narrower)) * policy.WIDTH_ALIGNMENT
             kernel_level = True
         elif choice >= 1:  # any width the policy can reach, C included
-            width = draw(st.sampled_from(policy.reachable_widths(capacity)))
+            width = draw(st.sampled_from(tuple(policy.reachable_widths(capacity))))
             kernel_level = True
 
     # CUDA-graph padding at the tail: stale copies of real tokens' positions
@@ -306,10 +334,12 @@ def batches(
     tail = 0
     if padding and real_tokens:
         tail = draw(st.integers(0, MAX_QUERY_TOKENS_PER_DECODE))
-    for _ in range(tail):
-        source = draw(st.integers(0, real_tokens - 1))
-        positions.append(draw(st.integers(0, positions[source])))
-        requests_of_tokens.append(requests_of_tokens[source])
+    if tail:
+        pads = draw(st.binary(min_size=tail * PAD_BYTES, max_size=tail * PAD_BYTES))
+        for start in range(0, len(pads), PAD_BYTES):
+            source = _uint(pads[start : start + 2]) % real_tokens
+            positions.append(_uint(pads[start + 2 : start + PAD_BYTES]) % (positions[source] + 1))
+            requests_of_tokens.append(requests_of_tokens[source])
     if not prefill:
         # Tail padding of a decode-only step must reference decode rows.
         num_decode = len(positions)
@@ -318,19 +348,25 @@ def batches(
         slots[t] = -1
     inside = []
     if padding and real_tokens:
-        inside = draw(
-            st.lists(st.integers(0, real_tokens - 1), max_size=3, unique=True)
-        )
+        picks = draw(st.binary(max_size=3 * INDEX_BYTES))
+        for start in range(0, len(picks) - INDEX_BYTES + 1, INDEX_BYTES):
+            token = _uint(picks[start : start + INDEX_BYTES]) % real_tokens
+            if token not in inside:
+                inside.append(token)
     for t in inside:
         slots[t] = -1
-    extra_slots = draw(st.lists(st.integers(-(2**20), 2**20), max_size=3))
+    junk_slots = draw(st.binary(max_size=3 * SLOT_BYTES))
+    extra_slots = [
+        _signed(_uint(junk_slots[start : start + SLOT_BYTES]), 2**20)
+        for start in range(0, len(junk_slots) - SLOT_BYTES + 1, SLOT_BYTES)
+    ]
 
     pages_needed = []
     for request in decode:
         # The engine's table covers the whole sequence, whatever the width.
         pages_needed.append(_pages_for(request.seq_len, BLOCK_SIZE))
-    table = draw(block_tables(pages_needed))
-    table_width = len(table[0]) if table else 0
+    table = _draw_block_table(draw, pages_needed)
+    table_width = table.width if table else 0
     row_stride = 0
     if table and draw(st.booleans()):
         row_stride = table_width + draw(st.integers(1, 64))

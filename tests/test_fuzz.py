@@ -35,12 +35,15 @@ PAGES = WIDTH // 2
 THRESHOLD = 1000
 
 
-def small_batches(target) -> st.SearchStrategy[Batch]:
-    """1-4 decode tokens, one request each, at W = C = 128; shrinks to one token at 0."""
+def small_batches(target, max_tokens: int = 4) -> st.SearchStrategy[Batch]:
+    """1-4 decode tokens (or up to max_tokens), one request each, at W = C = 128;
+    shrinks to one token at 0."""
 
     @st.composite
     def draw_batch(draw):
-        positions = draw(st.lists(st.integers(0, WIDTH * 128 - 1), min_size=1, max_size=4))
+        positions = draw(
+            st.lists(st.integers(0, WIDTH * 128 - 1), min_size=1, max_size=max(1, max_tokens))
+        )
         count = len(positions)
         padded = draw(st.lists(st.booleans(), min_size=count, max_size=count))
         return Batch(
@@ -285,6 +288,14 @@ def test_command_line_run_against_a_real_mutant_then_replay(tmp_path, capsys, c1
     assert cli.main(["replay", str(saved), "--device", c128a_device.type]) == 1
     assert "matches_oracle" in capsys.readouterr().out
     assert cli.main(["replay", str(saved), "--device", c128a_device.type, "--target", "triton"]) == 0
+
+
+def test_max_tokens_sizes_every_drawn_step(tmp_path):
+    report = fuzz.run_fuzz(make_config(tmp_path, max_examples=40, max_tokens=2))
+    assert report["exit_status"] == 0, report
+    assert report["max_tokens"] == 2
+    sizes = {k for k in report["coverage"] if k.startswith("tokens=")}
+    assert sizes == {"tokens=1", "tokens=2"}
 
 
 def test_unknown_target_aborts_with_the_reason(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, example, given
 
 from c128a.invariants import BAD_INPUTS, check_rejects_bad_input, is_project_target
+from c128a.properties import PROPERTIES
 from c128a.strategies import HISTORICAL_BATCHES, batches
 
 EXAMPLES = [
@@ -48,3 +49,21 @@ def test_rejects(c128a_target, c128a_device, case):
     for batch in reversed(EXAMPLES):
         rejects = example(batch=batch)(rejects)
     rejects()
+
+
+# The harness computes expected values with the oracle unchecked
+# (c128a.invariants.expected_result), so every step the strategies draw must
+# be inside the contract.
+@given(batch=batches())
+def test_strategies_draw_valid_steps(batch):
+    batch.validate()
+
+
+@given(batch=PROPERTIES["matches_oracle"].strategy(None, max_tokens=512))
+def test_strategies_draw_valid_large_steps(batch):
+    batch.validate()
+
+
+def test_historical_batches_are_valid():
+    for batch in HISTORICAL_BATCHES.values():
+        batch.validate()

@@ -1,0 +1,108 @@
+"""The strategies' own promises: what zero bytes decode to, where shrinking
+ends, and that a described block table is the table it describes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from hypothesis import find, given, settings, strategies as st
+
+from c128a.batch import PAGE_PRIME, Batch, PermutedBlockTable
+from c128a.strategies import (
+    REQUEST_BYTES,
+    _decode_requests,
+    _length_edges,
+    _sequence_length,
+    batches,
+)
+
+QUIET = settings(database=None, max_examples=200)
+
+
+def test_zero_bytes_decode_to_the_simplest_requests():
+    requests = _decode_requests(bytes(3 * REQUEST_BYTES), max_tokens=32, max_query=8, max_len=81_920)
+    assert [(r.seq_len, r.query_len) for r in requests] == [(1, 1)] * 3
+
+
+def test_requests_stop_at_the_token_budget():
+    blob = b"\xff" * (10 * REQUEST_BYTES)
+    requests = _decode_requests(blob, max_tokens=20, max_query=8, max_len=81_920)
+    assert sum(r.query_len for r in requests) <= 20
+    assert all(1 <= r.query_len <= 8 and r.query_len <= r.seq_len <= 81_920 for r in requests)
+
+
+@given(selector=st.integers(0, 255), value=st.integers(0, 2**24 - 1), max_len=st.integers(1, 2**20))
+def test_odd_selectors_pick_an_edge_and_every_length_is_in_range(selector, value, max_len):
+    length = _sequence_length(selector, value, 1, max_len)
+    assert 1 <= length <= max_len
+    if selector & 1:
+        assert length in _length_edges(max_len)
+
+
+def test_shrinking_ends_at_the_documented_smallest_step():
+    smallest = find(batches(), lambda batch: True, settings=QUIET)
+    assert (smallest.num_tokens, smallest.max_model_len, smallest.capacity, smallest.width) == (
+        0, 81_920, 640, 128
+    )
+
+
+def test_shrinking_a_decode_step_ends_at_one_token_at_position_zero():
+    smallest = find(batches(), lambda batch: batch.num_decode_tokens > 0, settings=QUIET)
+    assert smallest.positions == (0,) and smallest.num_decode_tokens == 1
+    assert smallest.slot_mapping == (0,)
+
+
+def _explicit(table: PermutedBlockTable) -> tuple[tuple[int, ...], ...]:
+    rows, first = [], 0
+    for need in table.pages_needed:
+        pages = [(table.scale * k + table.offset) % table.prime for k in range(first, first + need)]
+        rows.append(tuple(pages) + (table.junk,) * (table.width - need))
+        first += need
+    return tuple(rows)
+
+
+permuted_tables = st.lists(st.integers(0, 9), min_size=1, max_size=6).flatmap(
+    lambda needs: st.builds(
+        PermutedBlockTable,
+        pages_needed=st.just(tuple(needs)),
+        width=st.integers(max(needs), max(needs) + 3),
+        scale=st.integers(1, PAGE_PRIME - 1),
+        offset=st.integers(0, PAGE_PRIME - 1),
+        junk=st.integers(-(2**31), 2**31 - 1),
+    )
+)
+
+
+@given(table=permuted_tables)
+def test_a_permuted_table_is_the_table_it_describes(table):
+    explicit = _explicit(table)
+    assert tuple(table) == explicit and table == explicit and explicit == table
+    assert table[-1] == explicit[-1] and table[1:] == explicit[1:]
+    assert torch.equal(table.tensor("cpu"), torch.tensor(explicit, dtype=torch.int32))
+    pages = [page for row, need in zip(explicit, table.pages_needed) for page in row[:need]]
+    assert len(set(pages)) == len(pages), "page numbers must be unique"
+
+
+def test_a_permuted_table_refuses_rows_wider_than_its_width():
+    with pytest.raises(ValueError, match="width=2"):
+        PermutedBlockTable(pages_needed=(3,), width=2)
+
+
+@given(batch=batches(max_tokens=64))
+def test_batch_tensors_are_the_same_for_a_described_and_an_explicit_table(batch):
+    explicit = dataclasses.replace(batch, block_table=tuple(tuple(row) for row in batch.block_table))
+    for got, want in zip(
+        dataclasses.astuple(batch.tensors("cpu")), dataclasses.astuple(explicit.tensors("cpu"))
+    ):
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert torch.equal(got, want)
+    assert Batch.from_json(json.loads(json.dumps(batch.to_json()))) == batch
+
+
+@given(batch=batches(max_tokens=64))
+def test_every_tensor_argument_starts_on_a_16_byte_boundary(batch):
+    for name, tensor in vars(batch.tensors("cpu")).items():
+        assert tensor.data_ptr() % 16 == 0, name
