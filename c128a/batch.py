@@ -176,19 +176,18 @@ class Batch:
         ``table_width`` columns of a table whose row stride is
         ``block_table_row_stride``, its other columns holding ``table_junk``.
 
-        Built with two host-to-device copies (one per dtype), every argument
-        a view of one of them starting on a 16-byte boundary, as slices of an
-        engine's persistent buffers do (Triton specialises on pointer
-        alignment: views at odd offsets would compile other variants as T
-        changes). A :class:`PermutedBlockTable` is built on the device, once
-        for the latest batch; later calls get a copy of it."""
+        Packed on the host and moved with one host-to-device copy (a few
+        copies and kernel launches per build were most of an example's
+        device-side time); every argument is a view of that copy starting on
+        a 16-byte boundary, as slices of an engine's persistent buffers are
+        (Triton specialises on pointer alignment: views at odd offsets would
+        compile other variants as T changes)."""
         rows = len(self.block_table)
         width = self.table_width
         stride = max(self.block_table_row_stride, width, 1)
         num_tokens = len(self.positions)
         num_requests = len(self.token_to_req_indices)
         wide_rows = max(rows, 1)
-        permuted = isinstance(self.block_table, PermutedBlockTable)
         # array() converts a flat sequence of Python ints in C, far faster
         # than torch.tensor on nested tuples; it raises OverflowError for a
         # value outside the dtype, as torch.tensor does.
@@ -196,51 +195,47 @@ class Batch:
         longs.extend([0] * (-num_tokens % 2))
         slots_start = len(longs)
         longs.extend(self.slot_mapping)
+        longs.extend([0] * (-len(longs) % 2))
         ints = array("i", self.token_to_req_indices)
         ints.extend([0] * (-num_requests % 4))
         table_start = len(ints)
-        if not permuted:
+        if isinstance(self.block_table, PermutedBlockTable):
+            ints.frombytes(_permuted_table_bytes(self.block_table, wide_rows, stride, self.table_junk))
+        else:
             junk = [self.table_junk] * (stride - width)
             for row in self.block_table:
                 ints.extend(row)
                 ints.extend(junk)
             ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
-        longs_host = torch.frombuffer(longs, dtype=torch.int64) if longs else _EMPTY_LONGS
-        ints_host = torch.frombuffer(ints, dtype=torch.int32) if ints else _EMPTY_INTS
-        longs_device = longs_host.to(device, copy=True)
-        ints_device = ints_host.to(device, copy=True)
-        if permuted:
-            wide = _permuted_table_on(device, self.block_table, wide_rows, stride, self.table_junk)
-        else:
-            wide = ints_device[table_start:].view(wide_rows, stride)
+        split = len(longs) * longs.itemsize
+        packed = torch.frombuffer(bytearray(longs.tobytes() + ints.tobytes()), dtype=torch.uint8)
+        on_device = packed.to(device, copy=True)
+        longs_device = on_device[:split].view(torch.int64)
+        ints_device = on_device[split:].view(torch.int32)
+        wide = ints_device[table_start:].view(wide_rows, stride)
         return BatchTensors(
             positions=longs_device[:num_tokens],
             token_to_req_indices=ints_device[:num_requests],
             block_table=wide[:rows, :width],
-            slot_mapping=longs_device[slots_start:],
+            slot_mapping=longs_device[slots_start : slots_start + len(self.slot_mapping)],
         )
 
 
-# The latest PermutedBlockTable built on a device: a property builds the same
-# batch for the target and again for the oracle, and the table is most of the
-# work. The target gets a copy, so a target that writes into its inputs
-# cannot change what the oracle reads.
-_latest_table: list = [None, None]  # [(table, device, rows, stride, junk), tensor]
+# The latest PermutedBlockTable's rows as bytes: a property builds the same
+# batch for the target and again for the oracle.
+_latest_table: list = [None, b""]  # [(table, rows, stride, junk), bytes]
 
 
-def _permuted_table_on(device, table: PermutedBlockTable, rows: int, stride: int, junk: int):
-    key = (table, str(device), rows, stride, junk)
+def _permuted_table_bytes(table: PermutedBlockTable, rows: int, stride: int, junk: int) -> bytes:
+    key = (table, rows, stride, junk)
     cached_key, cached = _latest_table
     if cached_key is None or cached_key[0] is not table or cached_key[1:] != key[1:]:
-        cached = torch.full((rows, stride), junk, dtype=torch.int32, device=device)
+        wide = torch.full((rows, stride), junk, dtype=torch.int32)
         if len(table):
-            cached[: len(table), : table.width] = table.tensor(device)
+            wide[: len(table), : table.width] = table.tensor("cpu")
+        cached = wide.numpy().tobytes()
         _latest_table[:] = [key, cached]
-    return cached.clone()
-
-
-_EMPTY_LONGS = torch.empty(0, dtype=torch.int64)
-_EMPTY_INTS = torch.empty(0, dtype=torch.int32)
+    return cached
 
 
 @dataclass

@@ -86,19 +86,27 @@ def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
     length of any magnitude from 2**14 (log-uniform, so capacities of every
     size occur), or any length at all. Shrinks towards the first edge, 81,920 (C = 640)."""
     check_positive_int("max_value", max_value)
-    edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
-    # Magnitudes from 2**14 up: below that every capacity is 128. One
-    # strategy per magnitude (not a flatmap, which builds and validates a new
-    # strategy on every draw).
-    top = max_value.bit_length()
-    magnitudes = st.one_of(
-        *(
-            st.integers(max(1, 1 << (k - 1)), min(max_value, (1 << k) - 1))
-            for k in range(min(15, top), top + 1)
-        )
+    return st.binary(min_size=MODEL_LEN_BYTES, max_size=MODEL_LEN_BYTES).map(
+        lambda data: _model_len(_Fields(data), max_value)
     )
-    choices = [st.sampled_from(edges)] if edges else []
-    return st.one_of(*choices, magnitudes, st.integers(1, max_value))
+
+
+def _model_len(fields: "_Fields", max_value: int) -> int:
+    """:func:`max_model_lens`'s value from :data:`MODEL_LEN_BYTES` bytes;
+    zeros give the first edge that fits."""
+    kind, magnitude, value = fields.uint(1), fields.uint(1), fields.uint(3)
+    edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
+    kinds = ("edge", "magnitude", "any") if edges else ("magnitude", "any")
+    kind = kinds[kind % len(kinds)]
+    if kind == "edge":
+        return edges[value % len(edges)]
+    if kind == "magnitude":
+        # Magnitudes from 2**14 up: below that every capacity is 128.
+        top = max_value.bit_length()
+        k = range(min(15, top), top + 1)[magnitude % (top + 1 - min(15, top))]
+        low, high = max(1, 1 << (k - 1)), min(max_value, (1 << k) - 1)
+        return low + value % (high - low + 1)
+    return 1 + value % max_value
 
 
 def capacities(target=None, *, max_model_len: int | None = None) -> st.SearchStrategy[int]:
@@ -140,10 +148,48 @@ PAD_BYTES = 5  # source token (2), position (3)
 INDEX_BYTES = 2
 SLOT_BYTES = 3
 TABLE_BYTES = 12  # junk columns (1), scale (3), offset (3), junk kind (1), junk (4)
+MODEL_LEN_BYTES = 5  # kind (1), magnitude (1), value (3)
+MAX_INSIDE_PADDING = 3
+MAX_JUNK_SLOTS = 3
+# Everything of a step but its requests, in one string: each Hypothesis
+# choice costs tens of microseconds, and a dozen small draws cost more than
+# the kernel. Zeros are the simplest step.
+LAYOUT_BYTES = (
+    MODEL_LEN_BYTES
+    + 2 + 2  # decode and prefill request counts
+    + 1 + 2  # width kind and value
+    + 1 + MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES  # tail padding
+    + 1 + MAX_INSIDE_PADDING * INDEX_BYTES  # padding inside
+    + 1 + MAX_JUNK_SLOTS * SLOT_BYTES  # slot_mapping entries past T
+    + TABLE_BYTES
+    + 1 + 1  # the table's row stride: wider or not, by how much
+    + 2  # buffer rows
+    + 1  # prefill buffer wider or not
+)
 
 
 def _uint(data: bytes) -> int:
     return int.from_bytes(data, "big")
+
+
+class _Fields:
+    """Unsigned big-endian fields read off a drawn byte string, in order."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.offset = 0
+
+    def take(self, size: int) -> bytes:
+        chunk = self.data[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+    def uint(self, size: int) -> int:
+        return _uint(self.take(size))
+
+    def between(self, size: int, low: int, high: int) -> int:
+        """A value in [low, high] from ``size`` bytes; zeros give ``low``."""
+        return low + self.uint(size) % (high - low + 1)
 
 
 def _sequence_length(selector: int, value: int, min_len: int, max_len: int) -> int:
@@ -191,13 +237,14 @@ def block_tables(draw, pages_needed: list[int], *, max_junk_columns: int = 3) ->
     which a correct builder never reads. Shrinks towards pages 0, 1, 2, ...
     in order, no extra columns and junk -7.
     """
-    return _draw_block_table(draw, pages_needed, max_junk_columns)
+    data = draw(st.binary(min_size=TABLE_BYTES, max_size=TABLE_BYTES))
+    return _block_table(data, pages_needed, max_junk_columns)
 
 
-def _draw_block_table(draw, pages_needed: list[int], max_junk_columns: int = 3):
+def _block_table(data: bytes, pages_needed: list[int], max_junk_columns: int = 3):
+    """The table :func:`block_tables` describes, from :data:`TABLE_BYTES` bytes."""
     if not pages_needed:
         return ()
-    data = draw(st.binary(min_size=TABLE_BYTES, max_size=TABLE_BYTES))
     width = max(max(pages_needed) + data[0] % (max_junk_columns + 1), 1)
     junk = _signed(_uint(data[8:12]), 2**31 - 1) if data[7] & 1 else -7
     return PermutedBlockTable(
@@ -221,13 +268,6 @@ class _Request:
 def _pages_for(seq_len: int, block_size: int) -> int:
     entries = seq_len // COMPRESS_RATIO
     return -(-entries // block_size)
-
-
-def _draw_requests(draw, count_range, max_tokens, max_query, max_len) -> list[_Request]:
-    low, high = count_range
-    count = draw(st.integers(low, high))
-    size = count * REQUEST_BYTES
-    return _decode_requests(draw(st.binary(min_size=size, max_size=size)), max_tokens, max_query, max_len)
 
 
 @st.composite
@@ -285,23 +325,24 @@ def batches(
     capacity_width = policy.capacity_width if target is None else target.capacity_width
     active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
 
-    model_len = draw(st.just(max_model_len) if max_model_len else max_model_lens())
+    layout = _Fields(draw(st.binary(min_size=LAYOUT_BYTES, max_size=LAYOUT_BYTES)))
+    model_len = _model_len(_Fields(layout.take(MODEL_LEN_BYTES)), 1_048_576)
+    model_len = max_model_len or model_len
     capacity = capacity_width(model_len, COMPRESS_RATIO)
 
-    decode = _draw_requests(
-        draw,
-        (min_decode_requests, max_decode_requests),
+    decode_count = layout.between(2, min_decode_requests, max_decode_requests)
+    prefill_count = layout.between(2, min_prefill_requests, max_prefill_requests)
+    size = (decode_count + prefill_count) * REQUEST_BYTES
+    records = draw(st.binary(min_size=size, max_size=size))
+    decode = _decode_requests(
+        records[: decode_count * REQUEST_BYTES],
         max_tokens - min_prefill_requests,
         MAX_QUERY_TOKENS_PER_DECODE,
         model_len,
     )
     used = sum(r.query_len for r in decode)
-    prefill = _draw_requests(
-        draw,
-        (min_prefill_requests, max_prefill_requests),
-        max_tokens - used,
-        max_prefill_chunk,
-        model_len,
+    prefill = _decode_requests(
+        records[decode_count * REQUEST_BYTES :], max_tokens - used, max_prefill_chunk, model_len
     )
 
     positions: list[int] = []
@@ -316,66 +357,70 @@ def batches(
 
     check(widths in ("any", "policy"), f"widths={widths!r} must be 'any' or 'policy'")
     kernel_level = False
+    width_kind, width_value = layout.uint(1), layout.uint(2)
     if width is None:
         width = active_topk_width(max_seq_len, COMPRESS_RATIO, capacity)
         aligned = capacity // policy.WIDTH_ALIGNMENT
-        choice = draw(st.integers(0, 2)) if widths == "any" and aligned >= 1 else 0
+        choice = width_kind % 3 if widths == "any" and aligned >= 1 else 0
         if choice == 1 and width > policy.WIDTH_ALIGNMENT:
             # Narrower than the batch needs: n(t) = min(., W) clamps.
             narrower = width // policy.WIDTH_ALIGNMENT - 1
-            width = draw(st.integers(1, narrower)) * policy.WIDTH_ALIGNMENT
+            width = (1 + width_value % narrower) * policy.WIDTH_ALIGNMENT
             kernel_level = True
         elif choice >= 1:  # any width the policy can reach, C included
-            width = draw(st.sampled_from(tuple(policy.reachable_widths(capacity))))
+            reachable = policy.reachable_widths(capacity)
+            width = reachable[width_value % len(reachable)]
             kernel_level = True
 
     # CUDA-graph padding at the tail: stale copies of real tokens' positions
     # and requests, slot -1. In a decode-only step they are decode tokens.
-    tail = 0
-    if padding and real_tokens:
-        tail = draw(st.integers(0, MAX_QUERY_TOKENS_PER_DECODE))
-    if tail:
-        pads = draw(st.binary(min_size=tail * PAD_BYTES, max_size=tail * PAD_BYTES))
-        for start in range(0, len(pads), PAD_BYTES):
-            source = _uint(pads[start : start + 2]) % real_tokens
-            positions.append(_uint(pads[start + 2 : start + PAD_BYTES]) % (positions[source] + 1))
-            requests_of_tokens.append(requests_of_tokens[source])
+    tail = layout.uint(1) % (MAX_QUERY_TOKENS_PER_DECODE + 1)
+    pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
+    tail = tail if padding and real_tokens else 0
+    for start in range(0, tail * PAD_BYTES, PAD_BYTES):
+        source = _uint(pads[start : start + 2]) % real_tokens
+        positions.append(_uint(pads[start + 2 : start + PAD_BYTES]) % (positions[source] + 1))
+        requests_of_tokens.append(requests_of_tokens[source])
     if not prefill:
         # Tail padding of a decode-only step must reference decode rows.
         num_decode = len(positions)
     slots = [p for p in positions]
     for t in range(real_tokens, len(positions)):
         slots[t] = -1
+    inside_count = layout.uint(1) % (MAX_INSIDE_PADDING + 1)
+    picks = layout.take(MAX_INSIDE_PADDING * INDEX_BYTES)
     inside = []
     if padding and real_tokens:
-        picks = draw(st.binary(max_size=3 * INDEX_BYTES))
-        for start in range(0, len(picks) - INDEX_BYTES + 1, INDEX_BYTES):
+        for start in range(0, inside_count * INDEX_BYTES, INDEX_BYTES):
             token = _uint(picks[start : start + INDEX_BYTES]) % real_tokens
             if token not in inside:
                 inside.append(token)
     for t in inside:
         slots[t] = -1
-    junk_slots = draw(st.binary(max_size=3 * SLOT_BYTES))
+    junk_count = layout.uint(1) % (MAX_JUNK_SLOTS + 1)
+    junk_slots = layout.take(MAX_JUNK_SLOTS * SLOT_BYTES)
     extra_slots = [
         _signed(_uint(junk_slots[start : start + SLOT_BYTES]), 2**20)
-        for start in range(0, len(junk_slots) - SLOT_BYTES + 1, SLOT_BYTES)
+        for start in range(0, junk_count * SLOT_BYTES, SLOT_BYTES)
     ]
 
     pages_needed = []
     for request in decode:
         # The engine's table covers the whole sequence, whatever the width.
         pages_needed.append(_pages_for(request.seq_len, BLOCK_SIZE))
-    table = _draw_block_table(draw, pages_needed)
+    table = _block_table(layout.take(TABLE_BYTES), pages_needed)
     table_width = table.width if table else 0
+    wider_table, extra_stride = layout.uint(1), layout.uint(1)
     row_stride = 0
-    if table and draw(st.booleans()):
-        row_stride = table_width + draw(st.integers(1, 64))
+    if table and wider_table & 1:
+        row_stride = table_width + 1 + extra_stride % 64
 
     num_tokens = len(positions)
-    buffer_rows = draw(st.integers(max(num_tokens, 1), max(max_buffer_rows, num_tokens, 1)))
+    buffer_rows = layout.between(2, max(num_tokens, 1), max(max_buffer_rows, num_tokens, 1))
     # Sometimes a wider prefill buffer: its row stride then differs from the
     # decode buffer's, so a builder that mixes the two up writes wrong rows.
-    prefill_extra = draw(st.sampled_from((0, 0, 0, 128)))
+    prefill_extra = 128 if layout.uint(1) % 4 == 3 else 0
+    assert layout.offset == LAYOUT_BYTES, (layout.offset, LAYOUT_BYTES)
 
     num_prefill = num_tokens - num_decode
     mix = (

@@ -174,39 +174,45 @@ def check_build_arguments(
 
     if num_tokens == 0:
         return
-    # The three value checks read the device once together: one
-    # synchronisation per call, not one per check. Only a failing check
-    # reads further, to name the first offender.
-    negative = positions < 0
-    flags = [negative.any()]
+    # The value checks read the device once: a few reductions copied
+    # together (one synchronisation, a handful of launches), then compared on
+    # the host. Only a failing check reads further, to name the first offender.
+    reductions = [positions.min()]
     if num_decode:
         decode_req = req[:num_decode]
-        bad_requests = (decode_req < 0) | (decode_req >= table.shape[0])
-        lengths = torch.clamp((positions[:num_decode] + 1) // ratio, max=width)
-        pages_needed = (lengths + block - 1) // block
-        too_few_columns = pages_needed > table.shape[1]
-        flags += [bad_requests.any(), too_few_columns.any()]
-    failed = torch.stack(flags).tolist()
-    if not any(failed):
+        req_low, req_high = torch.aminmax(decode_req)
+        # n(t), and so the pages a decode token needs, grows with its position.
+        reductions += [positions[:num_decode].max(), req_low.long(), req_high.long()]
+    values = torch.stack(reductions).tolist()
+    failed = values[0] < 0
+    if num_decode:
+        last_position, low_request, high_request = values[1:]
+        most_pages = -(-min((last_position + 1) // ratio, width) // block)
+        failed = failed or low_request < 0 or high_request >= table.shape[0]
+        failed = failed or most_pages > table.shape[1]
+    if not failed:
         return
-    first_negative = _first_index(negative)
+    first_negative = _first_index(positions < 0)
     check(
         first_negative is None,
         f"positions[{first_negative}] is negative; positions must be >= 0",
     )
-    bad_req = _first_index(bad_requests)
+    bad_req = _first_index((decode_req < 0) | (decode_req >= table.shape[0]))
     if bad_req is not None:
         raise InvalidArgument(
             f"token_to_req_indices[{bad_req}]={int(decode_req[bad_req])} but block_table has "
             f"{table.shape[0]} rows; every decode token's request needs a block-table row"
         )
-    bad_row = _first_index(too_few_columns)
+    lengths = torch.clamp((positions[:num_decode] + 1) // ratio, max=width)
+    pages_needed = (lengths + block - 1) // block
+    bad_row = _first_index(pages_needed > table.shape[1])
     if bad_row is not None:
         raise InvalidArgument(
             f"decode token {bad_row} (position {int(positions[bad_row])}) attends to "
             f"{int(lengths[bad_row])} compressed entries, which needs "
             f"{int(pages_needed[bad_row])} block-table columns; block_table has {table.shape[1]}"
         )
+    raise AssertionError(f"a value check failed but no offender was found: {values}")
 
 
 def _first_index(mask: torch.Tensor) -> int | None:
