@@ -256,18 +256,37 @@ def measure_empty_launch(device, warmup_ms: int, rep_ms: int) -> float:
     return median_us(lambda: empty_kernel[(1,)](scratch), warmup_ms, rep_ms)
 
 
-def parse_tiles(text: str | None) -> list[tuple[int, int, int, int, int]]:
-    """'4x128x1024x4x16,...' -> [(4, 128, 1024, 4, 16), ...]: BLOCK_T x BLOCK_W
-    x WIDE_W x warps x programs per multiprocessor (0: one program a block)."""
+def parse_tiles(text: str | None) -> list[tuple[int, int, int, int, int, int]]:
+    """'4x128x1024x4x16,...' -> [(4, 128, 1024, 4, 16, 0), ...]: BLOCK_T x
+    BLOCK_W x WIDE_W x warps x programs per multiprocessor (0: one program a
+    block), and optionally x registers per thread (0 or absent: the
+    compiler's choice)."""
     if not text:
         return []
     tiles = []
     for item in text.split(","):
         parts = item.strip().split("x")
-        if len(parts) != 5 or not all(p.isdigit() for p in parts):
-            usage_error(f"bench: --tiles item {item!r} must look like 4x128x1024x4x16")
-        tiles.append(tuple(int(p) for p in parts))
+        if len(parts) not in (5, 6) or not all(p.isdigit() for p in parts):
+            usage_error(
+                f"bench: --tiles item {item!r} must look like 4x128x1024x4x16 "
+                "(or 4x128x1024x4x16x32 with a register cap)"
+            )
+        tiles.append(tuple(int(p) for p in parts) + (0,) * (6 - len(parts)))
     return tiles
+
+
+def compiled_registers(device: torch.device) -> dict[str, list[int]]:
+    """Registers per thread of each compiled variant of the project's and the
+    baseline's kernels (occupancy explains some of their differences)."""
+    from . import baseline, kernel
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = {}
+    for name, jit_function in (("project", kernel.c128a_topk_kernel), ("baseline", baseline.baseline_topk_kernel)):
+        caches = getattr(jit_function, "device_caches", {})
+        compiled = caches[index][0].values() if index in caches else ()
+        found[name] = sorted(getattr(k, "n_regs", -1) for k in compiled)
+    return found
 
 
 def run_benchmark(args, device: torch.device) -> dict:
@@ -279,12 +298,18 @@ def run_benchmark(args, device: torch.device) -> dict:
     copy_bandwidth = measure_copy_bandwidth(device, warmup_ms, rep_ms)
     empty_launch_us = measure_empty_launch(device, warmup_ms, rep_ms)
     kernels = {"baseline": baseline.launch, "project": kernel.launch}
-    for block_t, block_w, wide_w, warps, per_sm in parse_tiles(args.tiles):
+    for block_t, block_w, wide_w, warps, per_sm, registers in parse_tiles(args.tiles):
 
-        def tiled(*call, _tile=(block_t, block_w, wide_w), _warps=warps, _per_sm=per_sm):
-            kernel.launch_tiled(*call, tile=_tile, num_warps=_warps, programs_per_sm=_per_sm)
+        def tiled(
+            *call, _tile=(block_t, block_w, wide_w), _warps=warps, _per_sm=per_sm, _regs=registers
+        ):
+            kernel.launch_tiled(
+                *call, tile=_tile, num_warps=_warps, programs_per_sm=_per_sm,
+                max_registers=_regs or None,
+            )
 
-        kernels[f"tile {block_t}x{block_w}x{wide_w}x{warps}x{per_sm}"] = tiled
+        name = f"tile {block_t}x{block_w}x{wide_w}x{warps}x{per_sm}"
+        kernels[name + (f"x{registers}" if registers else "")] = tiled
 
     results = []
     for shape in shapes:
@@ -328,6 +353,8 @@ def run_benchmark(args, device: torch.device) -> dict:
         "project_tile": list(kernel.TILE),
         "project_num_warps": kernel.NUM_WARPS,
         "project_programs_per_sm": kernel.PROGRAMS_PER_SM,
+        "project_max_registers": kernel.MAX_REGISTERS,
+        "registers_per_thread": compiled_registers(device),
         "copy_bandwidth_bytes_per_s": copy_bandwidth,
         "empty_launch_us": empty_launch_us,
         "warmup_ms": warmup_ms,
@@ -394,12 +421,21 @@ def print_report(report: dict) -> None:
             "yes" if row["exact"] else "NO",
         )
     console.print(table)
+    registers = report.get("registers_per_thread") or {}
+    if registers:
+        console.print(
+            "registers per thread of the compiled variants: "
+            + "; ".join(f"{name} {values}" for name, values in registers.items())
+        )
 
     tiles = sorted(
         {t["kernel"] for r in report["shapes"] for t in r["timings"] if t["kernel"].startswith("tile")}
     )
     if tiles:
-        sweep = Table(title="tile sweep (median us; BLOCK_T x BLOCK_W x WIDE_W x warps x programs per SM)")
+        sweep = Table(
+            title="tile sweep (median us; BLOCK_T x BLOCK_W x WIDE_W x warps x programs per SM "
+            "[x register cap])"
+        )
         sweep.add_column("shape")
         for name in ("baseline", "project", *tiles):
             sweep.add_column(name.removeprefix("tile "), justify="right")

@@ -222,6 +222,7 @@ INTERPRETER_TILE = (32, 1024, 1024)
 TILE = INTERPRETER_TILE if _interpreting() else GPU_TILE
 NUM_WARPS = 4
 PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
+MAX_REGISTERS = None  # registers per thread: the compiler's choice
 MAX_WIDTH = 1 << 22  # _divmod_small is exact below this
 
 _sm_counts: dict[int, int] = {}
@@ -251,11 +252,13 @@ def launch_tiled(
     num_warps: int,
     programs_per_sm: int,
     max_programs: int | None = None,
+    max_registers: int | None = None,
 ) -> None:
     """:func:`launch` with an explicit tile, warp count and persistence (for
     tuning). None of these depends on the batch. ``max_programs`` caps the
     persistent grid below WIDE_W on any device, so that tests can run its
-    grid-stride loop on the CPU."""
+    grid-stride loop on the CPU; ``max_registers`` caps registers per thread
+    (Triton's ``maxnreg``; None leaves the choice to the compiler)."""
     num_tokens = positions.shape[0]
     if num_tokens == 0:
         return
@@ -289,6 +292,8 @@ def launch_tiled(
         BLOCK_W=block_w,
         WIDE_W=wide_w,
         num_warps=num_warps,
+        # Only when set: a fixed cap is one more compile option, not a variant per batch.
+        **({"maxnreg": max_registers} if max_registers else {}),
     )
 
 
@@ -321,6 +326,7 @@ def launch(
         tile=TILE,
         num_warps=NUM_WARPS,
         programs_per_sm=PROGRAMS_PER_SM,
+        max_registers=MAX_REGISTERS,
     )
 
 

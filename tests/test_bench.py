@@ -58,3 +58,18 @@ def test_throughput_names_an_unknown_property(capsys, c128a_device):
                   "--property", "no_such_property", "--examples", "1"])
     assert exit_info.value.code == cli.USAGE_ERROR
     assert "no_such_property" in capsys.readouterr().err
+
+
+def test_tiles_parse_with_and_without_a_register_cap():
+    assert bench.parse_tiles("4x128x1024x4x16, 8x256x1024x8x0x32") == [
+        (4, 128, 1024, 4, 16, 0),
+        (8, 256, 1024, 8, 0, 32),
+    ]
+    assert bench.parse_tiles(None) == []
+
+
+@pytest.mark.parametrize("bad", ["4x128x1024x4", "4x128x1024x4x16x32x1", "4x128xWIDEx4x16"])
+def test_tiles_refuse_a_malformed_item(bad, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_tiles(bad)
+    assert "4x128x1024x4x16" in capsys.readouterr().err
