@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import numpy as np
 import torch
 
 from . import policy
@@ -37,7 +38,7 @@ class PermutedBlockTable(Sequence):
     for consecutive ``k`` (counting on from the previous row), then ``junk``
     up to ``width`` columns. It is a sequence of row tuples like the explicit
     form (rows materialise when indexed, and it equals the explicit table it
-    describes), but :meth:`Batch.tensors` builds it with a few tensor ops: a
+    describes), but :meth:`Batch.tensors` builds it with a few array ops: a
     1M-context step's table holds hundreds of thousands of entries, too many
     to handle one Python int at a time on every example.
     """
@@ -78,14 +79,20 @@ class PermutedBlockTable(Sequence):
     def __hash__(self) -> int:
         return hash(tuple(self))
 
+    def array(self) -> np.ndarray:
+        """The rows as an int32 array [len(self), width]. Only the needed
+        entries go through the modulo, in one flat pass: the junk half of a
+        table costs a fill, not arithmetic."""
+        total = self._first_pages[-1]
+        pages = (np.arange(total, dtype=np.int64) * self.scale + self.offset) % self.prime
+        rows = np.full((len(self), self.width), self.junk, dtype=np.int32)
+        needed = np.arange(self.width) < np.asarray(self.pages_needed)[:, None]
+        rows[needed] = pages  # row-major order: row r's k run on from row r - 1's
+        return rows
+
     def tensor(self, device: torch.device | str) -> torch.Tensor:
         """The rows as an int32 tensor [len(self), width] on ``device``."""
-        needed = torch.tensor(self.pages_needed, dtype=torch.int64, device=device)
-        first = torch.tensor(self._first_pages[:-1], dtype=torch.int64, device=device)
-        columns = torch.arange(self.width, dtype=torch.int64, device=device)
-        pages = (first[:, None] + columns) * self.scale + self.offset
-        pages = torch.remainder(pages, self.prime)
-        return torch.where(columns < needed[:, None], pages, self.junk).to(torch.int32)
+        return torch.from_numpy(self.array()).to(device)
 
 
 BlockTable = Union[tuple[tuple[int, ...], ...], PermutedBlockTable]
@@ -199,17 +206,18 @@ class Batch:
         ints = array("i", self.token_to_req_indices)
         ints.extend([0] * (-num_requests % 4))
         table_start = len(ints)
-        if isinstance(self.block_table, PermutedBlockTable):
-            ints.frombytes(_permuted_table_bytes(self.block_table, wide_rows, stride, self.table_junk))
-        else:
+        if not isinstance(self.block_table, PermutedBlockTable):
             junk = [self.table_junk] * (stride - width)
             for row in self.block_table:
                 ints.extend(row)
                 ints.extend(junk)
             ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
-        split = len(longs) * longs.itemsize
-        packed = torch.frombuffer(bytearray(longs.tobytes() + ints.tobytes()), dtype=torch.uint8)
-        on_device = packed.to(device, copy=True)
+        packed = bytearray(longs)
+        split = len(packed)
+        packed += ints
+        if isinstance(self.block_table, PermutedBlockTable):
+            packed += _permuted_table_bytes(self.block_table, wide_rows, stride, self.table_junk)
+        on_device = torch.frombuffer(packed, dtype=torch.uint8).to(device, copy=True)
         longs_device = on_device[:split].view(torch.int64)
         ints_device = on_device[split:].view(torch.int32)
         wide = ints_device[table_start:].view(wide_rows, stride)
@@ -230,10 +238,10 @@ def _permuted_table_bytes(table: PermutedBlockTable, rows: int, stride: int, jun
     key = (table, rows, stride, junk)
     cached_key, cached = _latest_table
     if cached_key is None or cached_key[0] is not table or cached_key[1:] != key[1:]:
-        wide = torch.full((rows, stride), junk, dtype=torch.int32)
+        wide = np.full((rows, stride), junk, dtype=np.int32)
         if len(table):
-            wide[: len(table), : table.width] = table.tensor("cpu")
-        cached = wide.numpy().tobytes()
+            wide[: len(table), : table.width] = table.array()
+        cached = wide.tobytes()
         _latest_table[:] = [key, cached]
     return cached
 

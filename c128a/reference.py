@@ -88,7 +88,7 @@ def write_metadata(
     lengths = attended_lengths(positions, compress_ratio, width)
     columns = torch.arange(width, device=device, dtype=torch.int64)
     active = columns.unsqueeze(0) < lengths.unsqueeze(1)
-    sentinel = torch.tensor(-1, device=device, dtype=torch.int64)
+    sentinel = -1  # a Python scalar: a tensor would cost a host-to-device copy
 
     if num_decode:
         requests = token_to_req_indices[:num_decode].to(torch.int64)
