@@ -94,16 +94,19 @@ def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
 def _model_len(fields: "_Fields", max_value: int) -> int:
     """:func:`max_model_lens`'s value from :data:`MODEL_LEN_BYTES` bytes;
     zeros give the first edge that fits."""
-    kind, magnitude, value = fields.uint(1), fields.uint(1), fields.uint(3)
+    kind, value = fields.uint(2), fields.uint(3)
     edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
-    kinds = ("edge", "magnitude", "any") if edges else ("magnitude", "any")
-    kind = kinds[kind % len(kinds)]
-    if kind == "edge":
-        return edges[value % len(edges)]
-    if kind == "magnitude":
-        # Magnitudes from 2**14 up: below that every capacity is 128.
-        top = max_value.bit_length()
-        k = range(min(15, top), top + 1)[magnitude % (top + 1 - min(15, top))]
+    # Edges, each magnitude from 2**14 up (below it every capacity is 128),
+    # and any length: equally likely, so most lengths are log-uniform.
+    top = max_value.bit_length()
+    magnitudes = list(range(min(15, top), top + 1))
+    kind = kind % ((1 if edges else 0) + len(magnitudes) + 1)
+    if edges:
+        if kind == 0:
+            return edges[value % len(edges)]
+        kind -= 1
+    if kind < len(magnitudes):
+        k = magnitudes[kind]
         low, high = max(1, 1 << (k - 1)), min(max_value, (1 << k) - 1)
         return low + value % (high - low + 1)
     return 1 + value % max_value
@@ -148,7 +151,7 @@ PAD_BYTES = 5  # source token (2), position (3)
 INDEX_BYTES = 2
 SLOT_BYTES = 3
 TABLE_BYTES = 12  # junk columns (1), scale (3), offset (3), junk kind (1), junk (4)
-MODEL_LEN_BYTES = 5  # kind (1), magnitude (1), value (3)
+MODEL_LEN_BYTES = 5  # kind (2), value (3)
 MAX_INSIDE_PADDING = 3
 MAX_JUNK_SLOTS = 3
 # Everything of a step but its requests, in one string: each Hypothesis
