@@ -152,7 +152,8 @@ class Batch:
         as the builder's arguments, is inside the contract (checked on the CPU)."""
         from .validation import check_build_arguments
 
-        call_builder(check_build_arguments, self, self.tensors("cpu"), Buffers.for_batch(self, "cpu"), self.width)
+        tensors, buffers = self.tensors("cpu"), Buffers.for_batch(self, "cpu")
+        call_builder(check_build_arguments, self, tensors, buffers, self.width)
 
     def with_width(self, width: int) -> "Batch":
         return dataclasses.replace(self, width=width)

@@ -139,13 +139,14 @@ def _edges_from(max_len: int, min_len: int) -> tuple[int, ...]:
     return tuple(v for v in _length_edges(max_len) if v >= min_len)
 
 
-# Bulk parameters (requests, padding tokens, the table's permutation) come
-# from one byte string each: one Hypothesis choice instead of two or three
-# per request, which at 512 tokens made drawing the batch most of an
-# example's time. Bytes shrink towards shorter strings of zeros, and zero
-# bytes decode to the simplest value (one query token, the shortest
-# sequence, position 0, identity pages), so shrinking still ends at the
-# smallest step.
+# A step is decoded from two byte strings, its layout (everything but the
+# requests, fixed size) and its requests (REQUEST_BYTES each): two
+# Hypothesis choices instead of about twenty, each costing tens of
+# microseconds, which at 512 tokens made drawing most of an example's time.
+# Zero bytes decode to the simplest value (no requests, one query token, the
+# shortest sequence, no padding, identity pages, the policy's width), and
+# Hypothesis shrinks bytes towards zeros and the request counts towards
+# fewer, so shrinking still ends at the smallest step.
 REQUEST_BYTES = 6  # query length (2), edge selector (1), sequence length (3)
 PAD_BYTES = 5  # source token (2), position (3)
 INDEX_BYTES = 2
@@ -154,9 +155,6 @@ TABLE_BYTES = 12  # junk columns (1), scale (3), offset (3), junk kind (1), junk
 MODEL_LEN_BYTES = 5  # kind (2), value (3)
 MAX_INSIDE_PADDING = 3
 MAX_JUNK_SLOTS = 3
-# Everything of a step but its requests, in one string: each Hypothesis
-# choice costs tens of microseconds, and a dozen small draws cost more than
-# the kernel. Zeros are the simplest step.
 LAYOUT_BYTES = (
     MODEL_LEN_BYTES
     + 2 + 2  # decode and prefill request counts
