@@ -90,10 +90,6 @@ class PermutedBlockTable(Sequence):
         rows[needed] = pages  # row-major order: row r's k run on from row r - 1's
         return rows
 
-    def tensor(self, device: torch.device | str) -> torch.Tensor:
-        """The rows as an int32 tensor [len(self), width] on ``device``."""
-        return torch.from_numpy(self.array()).to(device)
-
 
 BlockTable = Union[tuple[tuple[int, ...], ...], PermutedBlockTable]
 

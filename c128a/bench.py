@@ -280,13 +280,11 @@ def compiled_registers(device: torch.device) -> dict[str, list[int]]:
     baseline's kernels (occupancy explains some of their differences)."""
     from . import baseline, kernel
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    found = {}
-    for name, jit_function in (("project", kernel.c128a_topk_kernel), ("baseline", baseline.baseline_topk_kernel)):
-        caches = getattr(jit_function, "device_caches", {})
-        compiled = caches[index][0].values() if index in caches else ()
-        found[name] = sorted(getattr(k, "n_regs", -1) for k in compiled)
-    return found
+    kernels = {"project": kernel.c128a_topk_kernel, "baseline": baseline.baseline_topk_kernel}
+    return {
+        name: sorted(getattr(k, "n_regs", -1) for k in kernel.compiled_variants(jit, device))
+        for name, jit in kernels.items()
+    }
 
 
 def run_benchmark(args, device: torch.device) -> dict:

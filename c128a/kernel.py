@@ -333,8 +333,8 @@ def launch(
     )
 
 
-def compiled_variant_count(jit_function, device: torch.device | str | int) -> int:
-    """How many compiled variants ``jit_function`` holds for a CUDA device.
+def compiled_variants(jit_function, device: torch.device | str | int) -> list:
+    """The compiled variants ``jit_function`` holds for a CUDA device.
 
     Reads Triton's in-memory compile cache: ``JITFunction.device_caches`` maps
     a device index to a tuple whose first item is the dict of compiled kernels
@@ -353,10 +353,16 @@ def compiled_variant_count(jit_function, device: torch.device | str | int) -> in
         device = torch.device(device)
         index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in caches:  # device_caches is a defaultdict: do not create an entry
-        return 0
+        return []
     kernel_cache = caches[index][0]
     assert isinstance(kernel_cache, dict), type(kernel_cache)
-    return len(kernel_cache)
+    return list(kernel_cache.values())
+
+
+def compiled_variant_count(jit_function, device: torch.device | str | int) -> int:
+    """How many compiled variants ``jit_function`` holds for a CUDA device
+    (:func:`compiled_variants`)."""
+    return len(compiled_variants(jit_function, device))
 
 
 def triton_builder(launch_fn, name: str = "build_c128a_topk_metadata"):

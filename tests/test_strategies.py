@@ -81,7 +81,7 @@ def test_a_permuted_table_is_the_table_it_describes(table):
     explicit = _explicit(table)
     assert tuple(table) == explicit and table == explicit and explicit == table
     assert table[-1] == explicit[-1] and table[1:] == explicit[1:]
-    assert torch.equal(table.tensor("cpu"), torch.tensor(explicit, dtype=torch.int32))
+    assert torch.equal(torch.from_numpy(table.array()), torch.tensor(explicit, dtype=torch.int32))
     pages = [page for row, need in zip(explicit, table.pages_needed) for page in row[:need]]
     assert len(set(pages)) == len(pages), "page numbers must be unique"
 
