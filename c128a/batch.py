@@ -66,12 +66,15 @@ class PermutedBlockTable(Sequence):
             return tuple(self[i] for i in range(len(self))[index])
         row = range(len(self))[index]  # IndexError and negative indices as a tuple's
         first, need = self._first_pages[row], self.pages_needed[row]
-        pages = tuple((self.scale * k + self.offset) % self.prime for k in range(first, first + need))
+        pages = tuple(
+            (self.scale * k + self.offset) % self.prime for k in range(first, first + need)
+        )
         return pages + (self.junk,) * (self.width - need)
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, PermutedBlockTable) and dataclasses.astuple(self) == dataclasses.astuple(other):
-            return True
+        if isinstance(other, PermutedBlockTable):
+            if dataclasses.astuple(self) == dataclasses.astuple(other):
+                return True
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
             return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
         return NotImplemented

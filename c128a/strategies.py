@@ -33,6 +33,7 @@ from .validation import check, check_positive_int
 __all__ = [
     "EDGE_MAX_MODEL_LENS",
     "HISTORICAL_BATCHES",
+    "MAX_MODEL_LEN",
     "MAX_QUERY_TOKENS_PER_DECODE",
     "PAGE_PRIME",
     "batches",
@@ -47,6 +48,9 @@ BLOCK_SIZE = 2  # compressed entries per 256-token KV page
 
 MAX_QUERY_TOKENS_PER_DECODE = 8
 """One decode token plus up to 7 speculative draft tokens."""
+
+MAX_MODEL_LEN = 1_048_576
+"""The longest ``max_model_len`` drawn by default (capacity 8,192)."""
 
 EDGE_MAX_MODEL_LENS = (
     81_920,  # capacity 640, not a power of two: the shrink target (W = 128 < C)
@@ -80,7 +84,7 @@ def _target(value: float, label: str) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
+def max_model_lens(*, max_value: int = MAX_MODEL_LEN) -> st.SearchStrategy[int]:
     """A ``max_model_len`` in [1, max_value]: one of :data:`EDGE_MAX_MODEL_LENS`
     (81,920 for capacity 640, 1M, capacities that are not powers of two), a
     length of any magnitude from 2**14 (log-uniform, so capacities of every
@@ -92,8 +96,8 @@ def max_model_lens(*, max_value: int = 1_048_576) -> st.SearchStrategy[int]:
 
 
 def _model_len(fields: "_Fields", max_value: int) -> int:
-    """:func:`max_model_lens`'s value from :data:`MODEL_LEN_BYTES` bytes;
-    zeros give the first edge that fits."""
+    """:func:`max_model_lens`'s value from the next :data:`MODEL_LEN_BYTES`
+    bytes of ``fields``; zeros give the first edge that fits."""
     kind, value = fields.uint(2), fields.uint(3)
     edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
     # Edges, each magnitude from 2**14 up (below it every capacity is 128),
@@ -198,13 +202,16 @@ def _sequence_length(selector: int, value: int, min_len: int, max_len: int) -> i
     the edges (last position p with (p + 1) % 128 in {0, 1}, ``L // 128`` at
     and around powers of two, ``max_len``), else ``value`` spread uniformly;
     zeros give ``min_len``."""
-    edges = _edges_from(max_len, min_len)
-    if selector & 1 and edges:
-        return edges[value % len(edges)]
+    if selector & 1:
+        edges = _edges_from(max_len, min_len)
+        if edges:
+            return edges[value % len(edges)]
     return min_len + value % (max_len - min_len + 1)
 
 
-def _decode_requests(blob: bytes, max_tokens: int, max_query: int, max_len: int) -> list["_Request"]:
+def _requests_from_bytes(
+    blob: bytes, max_tokens: int, max_query: int, max_len: int
+) -> list["_Request"]:
     """Requests from :data:`REQUEST_BYTES` bytes each, until ``max_tokens``
     query tokens are spent; half of the sequence lengths sit at an edge."""
     requests = []
@@ -327,7 +334,7 @@ def batches(
     active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
 
     layout = _Fields(draw(st.binary(min_size=LAYOUT_BYTES, max_size=LAYOUT_BYTES)))
-    model_len = _model_len(_Fields(layout.take(MODEL_LEN_BYTES)), 1_048_576)
+    model_len = _model_len(layout, MAX_MODEL_LEN)
     model_len = max_model_len or model_len
     capacity = capacity_width(model_len, COMPRESS_RATIO)
 
@@ -335,14 +342,14 @@ def batches(
     prefill_count = layout.between(2, min_prefill_requests, max_prefill_requests)
     size = (decode_count + prefill_count) * REQUEST_BYTES
     records = draw(st.binary(min_size=size, max_size=size))
-    decode = _decode_requests(
+    decode = _requests_from_bytes(
         records[: decode_count * REQUEST_BYTES],
         max_tokens - min_prefill_requests,
         MAX_QUERY_TOKENS_PER_DECODE,
         model_len,
     )
     used = sum(r.query_len for r in decode)
-    prefill = _decode_requests(
+    prefill = _requests_from_bytes(
         records[decode_count * REQUEST_BYTES :], max_tokens - used, max_prefill_chunk, model_len
     )
 

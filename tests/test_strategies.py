@@ -13,7 +13,7 @@ from hypothesis import find, given, settings, strategies as st
 from c128a.batch import PAGE_PRIME, Batch, PermutedBlockTable
 from c128a.strategies import (
     REQUEST_BYTES,
-    _decode_requests,
+    _requests_from_bytes,
     _length_edges,
     _sequence_length,
     batches,
@@ -23,13 +23,14 @@ QUIET = settings(database=None, max_examples=200)
 
 
 def test_zero_bytes_decode_to_the_simplest_requests():
-    requests = _decode_requests(bytes(3 * REQUEST_BYTES), max_tokens=32, max_query=8, max_len=81_920)
+    blob = bytes(3 * REQUEST_BYTES)
+    requests = _requests_from_bytes(blob, max_tokens=32, max_query=8, max_len=81_920)
     assert [(r.seq_len, r.query_len) for r in requests] == [(1, 1)] * 3
 
 
 def test_requests_stop_at_the_token_budget():
     blob = b"\xff" * (10 * REQUEST_BYTES)
-    requests = _decode_requests(blob, max_tokens=20, max_query=8, max_len=81_920)
+    requests = _requests_from_bytes(blob, max_tokens=20, max_query=8, max_len=81_920)
     assert sum(r.query_len for r in requests) <= 20
     assert all(1 <= r.query_len <= 8 and r.query_len <= r.seq_len <= 81_920 for r in requests)
 
@@ -93,7 +94,8 @@ def test_a_permuted_table_refuses_rows_wider_than_its_width():
 
 @given(batch=batches(max_tokens=64))
 def test_batch_tensors_are_the_same_for_a_described_and_an_explicit_table(batch):
-    explicit = dataclasses.replace(batch, block_table=tuple(tuple(row) for row in batch.block_table))
+    rows = tuple(tuple(row) for row in batch.block_table)
+    explicit = dataclasses.replace(batch, block_table=rows)
     for got, want in zip(
         dataclasses.astuple(batch.tensors("cpu")), dataclasses.astuple(explicit.tensors("cpu"))
     ):
