@@ -1,22 +1,37 @@
 """c128a: property-based tests and fuzzing for the C128A top-k metadata kernel.
 
-This facade re-exports what does not import Triton kernels. The kernel lives
-in :mod:`c128a.kernel`; import it after :func:`c128a.device.use_device`.
+The package reads in one direction (README, "Layout"): ``contract`` (what is
+tested) and ``step`` (one engine step) at the bottom, then ``kernels``,
+``mutants`` and ``targets`` (what can be tested), ``strategies``, ``checks``
+and ``replay`` (how), and the tools on top: ``runners``, ``cli`` and the
+pytest ``plugin``. This facade re-exports what imports no Triton kernel:
+kernels are decorated when imported, so choose the device first
+(:func:`use_device`; Triton's interpreter on the CPU).
 """
 
-from .device import DeviceError, use_device
-from .policy import COMPRESS_RATIO, active_topk_width, capacity_width, reachable_widths
-from .reference import attended_lengths
-from .targets import Target, TargetSpecError, TargetUnavailable, load_target, resolve_spec
-from .validation import InvalidArgument
+from .contract import COMPRESS_RATIO, active_topk_width, attended_lengths, capacity_width
+from .contract import reachable_widths
+from .failures import (
+    BadArgument,
+    ContractViolation,
+    DeviceError,
+    HarnessError,
+    TargetSpecError,
+    TargetUnavailable,
+    UsageError,
+)
+from .targets import Target, load_target, resolve_spec, use_device
 
 __all__ = [
     "COMPRESS_RATIO",
+    "BadArgument",
+    "ContractViolation",
     "DeviceError",
-    "InvalidArgument",
+    "HarnessError",
     "Target",
     "TargetSpecError",
     "TargetUnavailable",
+    "UsageError",
     "active_topk_width",
     "attended_lengths",
     "capacity_width",

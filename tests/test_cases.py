@@ -11,20 +11,24 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from c128a import cases, cli, reference
-from c128a.batch import Batch, build
-from c128a.properties import Property
+from c128a import cli
+from c128a.checks import Property
+from c128a.contract import oracle
+from c128a.failures import CaseError, InvariantViolation
+from c128a.runners import cases
+from c128a.step import Batch, build
 
 THRESHOLD = 1000
 
 
 def lens_match_reference(target, batch: Batch, device) -> None:
-    expected = build(reference.build_c128a_topk_metadata, batch, device)
-    actual = build(target.build_c128a_topk_metadata, batch, device)
+    expected = build(oracle, batch, device)
+    actual = build(target, batch, device)
     want, got = expected.views[1], actual.views[1]
     if not torch.equal(want, got):
         row = int((want != got).nonzero()[0, 0])
-        raise AssertionError(
+        raise InvariantViolation(
+            "lens",
             f"decode_lens row {row}: expected {int(want[row])}, actual {int(got[row])} "
             f"(position {batch.positions[row]}, request {batch.token_to_req_indices[row]}, "
             f"W={batch.width})"
@@ -35,7 +39,7 @@ STANDIN_PROPERTIES = {"lens": Property("lens", None, lens_match_reference)}
 
 
 def _lens_off_by_one(*args):
-    views = reference.build_c128a_topk_metadata(*args)
+    views = oracle.build_c128a_topk_metadata(*args)
     views[1][args[0][: args[2]] >= THRESHOLD] += 1
     return views
 
@@ -114,7 +118,7 @@ def _malformed(tmp_path: Path, edit) -> Path:
         (lambda d: d.update(kind="boom"), "kind"),
         (lambda d: d.update(batch=None), "batch"),
         (lambda d: d["batch"].pop("positions"), "batch.positions"),
-        (lambda d: d["batch"].update(positions=[1, "2"]), "batch.positions"),
+        (lambda d: d["batch"].update(positions=[1, "2"]), "batch.positions[1]"),
         (lambda d: d["batch"].update(width=128.0), "batch.width"),
         (lambda d: d["batch"].update(block_table=[[1, 2], [3]]), "batch.block_table"),
         (lambda d: d["batch"].update(colour="red"), "batch.colour"),
@@ -123,7 +127,7 @@ def _malformed(tmp_path: Path, edit) -> Path:
 )
 def test_malformed_case_names_the_file_and_the_field(tmp_path, edit, field):
     path = _malformed(tmp_path, edit)
-    with pytest.raises(cases.CaseError) as raised:
+    with pytest.raises(CaseError) as raised:
         cases.load_case(path)
     assert raised.value.field == field
     assert str(path) in str(raised.value) and repr(field) in str(raised.value)
@@ -132,7 +136,7 @@ def test_malformed_case_names_the_file_and_the_field(tmp_path, edit, field):
 def test_a_file_that_is_not_json_is_named(tmp_path):
     path = tmp_path / "torn.json"
     path.write_text('{"format": "c128a-case/1", ')
-    with pytest.raises(cases.CaseError, match="torn.json.*not JSON"):
+    with pytest.raises(CaseError, match="torn.json.*not JSON"):
         cases.load_case(path)
 
 
@@ -142,13 +146,13 @@ def test_replay_reports_the_diff_and_passes_once_fixed():
     assert not still.passed
     assert "expected 7, actual 8" in still.report and "position 1000" in still.report
     fixed = cases.replay_case(case, SimpleNamespace(
-        build_c128a_topk_metadata=reference.build_c128a_topk_metadata), "cpu",
+        build_c128a_topk_metadata=oracle.build_c128a_topk_metadata), "cpu",
         properties=STANDIN_PROPERTIES)
     assert fixed.passed
 
 
 def test_replay_of_an_unknown_property_names_the_field():
-    with pytest.raises(cases.CaseError, match="'property'.*'gone'"):
+    with pytest.raises(CaseError, match="'property'.*'gone'"):
         cases.replay_case(make_case(property="gone"), lens_mutant, "cpu",
                           properties=STANDIN_PROPERTIES)
 

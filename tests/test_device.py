@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from c128a.device import DeviceError, use_device
+from c128a.failures import DeviceError
+from c128a.targets import use_device
 
 
 def test_unknown_device_is_refused():
@@ -23,19 +24,19 @@ def _python(code: str) -> subprocess.CompletedProcess:
 
 def test_cpu_after_kernel_import_without_interpreter_is_refused():
     result = _python(
-        "import c128a.kernel\n"
-        "from c128a.device import use_device, DeviceError\n"
+        "import c128a.kernels.adaptive\n"
+        "from c128a.targets import use_device\nfrom c128a.failures import DeviceError\n"
         "try:\n    use_device('cpu')\nexcept DeviceError as e:\n    print('REFUSED', e)\n"
     )
     assert "REFUSED" in result.stdout, result.stderr
-    assert "c128a.kernel was already imported" in result.stdout
+    assert "c128a.kernels was already imported" in result.stdout
 
 
 def test_cpu_sets_interpreter_before_kernel_import():
     result = _python(
-        "from c128a.device import use_device\n"
+        "from c128a.targets import use_device\n"
         "use_device('cpu')\n"
-        "import c128a.kernel as k\n"
-        "print('INTERPRETING', k._interpreting())\n"
+        "import c128a.kernels.adaptive as k\n"
+        "print('INTERPRETING', k.interpreting(k.c128a_topk_kernel))\n"
     )
     assert "INTERPRETING True" in result.stdout, result.stderr

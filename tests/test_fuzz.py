@@ -3,11 +3,12 @@
 The stand-ins below are small on purpose: the runner's job (rounds, cases,
 isolation, restarts, the shared database) is under test here, not the
 kernel. Workers import them by name (``test_fuzz:STANDIN_PROPERTIES``), the
-same way they import the real ``c128a.properties:PROPERTIES``.
+same way they import the real ``c128a.checks:PROPERTIES``.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -25,9 +26,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 from rich.console import Console
 
-from c128a import cases, cli, fuzz, reference
-from c128a.batch import Batch, build
-from c128a.properties import Property
+from c128a import cli
+from c128a.checks import Property
+from c128a.cli.fuzz import configure_parser, options_from_args
+from c128a.contract import oracle
+from c128a.failures import InvariantViolation, UsageError
+from c128a.runners import cases, fuzz
+from c128a.step import Batch, build
 
 PLANT_ENV = "C128A_TEST_PLANTED_MARKER"
 WIDTH = 128
@@ -35,9 +40,10 @@ PAGES = WIDTH // 2
 THRESHOLD = 1000
 
 
-def small_batches(target, max_tokens: int = 4) -> st.SearchStrategy[Batch]:
+def small_batches(target, max_tokens: int | None = None) -> st.SearchStrategy[Batch]:
     """1-4 decode tokens (or up to max_tokens), one request each, at W = C = 128;
     shrinks to one token at 0."""
+    max_tokens = 4 if max_tokens is None else max_tokens
 
     @st.composite
     def draw_batch(draw):
@@ -63,12 +69,14 @@ def small_batches(target, max_tokens: int = 4) -> st.SearchStrategy[Batch]:
 
 
 def matches_reference(target, batch: Batch, device) -> None:
-    expected = build(reference.build_c128a_topk_metadata, batch, device)
-    actual = build(target.build_c128a_topk_metadata, batch, device)
+    expected = build(oracle, batch, device)
+    actual = build(target, batch, device)
     for name, want, got in zip(("global_decode", "decode_lens", "prefill"),
                                expected.views, actual.views):
         if not torch.equal(want, got):
-            raise AssertionError(f"{name} differs: expected {want.tolist()} got {got.tolist()}")
+            raise InvariantViolation(
+                "matches_reference", f"{name} differs: expected {want.tolist()} got {got.tolist()}"
+            )
 
 
 def _plant_once() -> bool:
@@ -109,7 +117,7 @@ PROPERTIES_SPEC = f"{__name__}:STANDIN_PROPERTIES"
 
 def _lens_off_by_one(*args):
     """A mutant: decode_lens one too long for tokens at positions >= THRESHOLD."""
-    views = reference.build_c128a_topk_metadata(*args)
+    views = oracle.build_c128a_topk_metadata(*args)
     positions, num_decode = args[0], args[2]
     late = positions[:num_decode] >= THRESHOLD
     views[1][late] += 1
@@ -207,7 +215,7 @@ def test_mutant_failure_is_shrunk_saved_and_replayable(tmp_path):
     mutant = SimpleNamespace(build_c128a_topk_metadata=_lens_off_by_one, spec=MUTANT_SPEC)
     still = cases.replay_case(case, mutant, "cpu", properties=STANDIN_PROPERTIES)
     assert not still.passed and "decode_lens differs" in still.report
-    fixed = SimpleNamespace(build_c128a_topk_metadata=reference.build_c128a_topk_metadata)
+    fixed = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metadata)
     assert cases.replay_case(case, fixed, "cpu", properties=STANDIN_PROPERTIES).passed
 
 
@@ -222,7 +230,7 @@ def test_machine_failure_is_saved_with_its_steps_and_replayed(tmp_path):
     assert "state.step(position=1000)" in case.steps
     still = cases.replay_case(case, lens_mutant, "cpu", machine_factory=standin_machine)
     assert not still.passed and "decode_lens differs" in still.report
-    fixed = SimpleNamespace(build_c128a_topk_metadata=reference.build_c128a_topk_metadata)
+    fixed = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metadata)
     assert cases.replay_case(case, fixed, "cpu", machine_factory=standin_machine).passed
 
 
@@ -307,22 +315,21 @@ def test_unknown_target_aborts_with_the_reason(tmp_path):
 def test_config_file_fills_in_what_the_command_line_leaves_out(tmp_path):
     config = tmp_path / "nightly.toml"
     config.write_text('[fuzz]\nminutes = 480\nworkers = 3\ndb = "redis://h:1/0"\nseed = 7\n')
-    parser = fuzz.argparse.ArgumentParser()
-    fuzz.configure_parser(parser)
-    options = fuzz.resolve_options(parser.parse_args(["--config", str(config), "--seed", "9"]))
-    assert options["minutes"] == 480 and options["workers"] == 3
-    assert options["db"] == "redis://h:1/0"
-    assert options["seed"] == 9  # the command line wins
-    assert options["cases_dir"] == "tests/regressions"
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    options = options_from_args(parser.parse_args(["--config", str(config), "--seed", "9"]))
+    assert options.minutes == 480 and options.workers == 3
+    assert options.db == "redis://h:1/0"
+    assert options.seed == 9  # the command line wins
+    resolved = fuzz.resolve(options, target="reference", device="cpu")
+    assert resolved.cases_dir == "tests/regressions" and resolved.minutes == 480
 
 
-def test_config_file_with_an_unknown_key_names_it(tmp_path, capsys):
+def test_config_file_with_an_unknown_key_names_it(tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text("[fuzz]\nminuets = 5\n")
-    with pytest.raises(SystemExit) as raised:
+    with pytest.raises(UsageError, match="bad.toml: unknown key fuzz.minuets"):
         fuzz.load_config_file(str(config))
-    assert raised.value.code == 2
-    assert "bad.toml: unknown key fuzz.minuets" in capsys.readouterr().err
 
 
 def test_seeds_differ_per_worker_round_and_restart():

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from c128a import gpus
+from c128a.failures import GpuPinningError
+from c128a.runners import gpus
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))
@@ -24,7 +25,7 @@ def test_workers_are_spread_round_robin(worker, count):
 @pytest.mark.parametrize("worker, count", [(-1, 2), (0, 0), (3, -1)])
 def test_bad_worker_or_count_is_refused_by_name(worker, count):
     name = "worker_index" if worker < 0 else "gpu_count"
-    with pytest.raises(gpus.GpuPinningError, match=name):
+    with pytest.raises(GpuPinningError, match=name):
         gpus.gpu_for_worker(worker, count)
 
 
@@ -49,7 +50,7 @@ def test_pin_keeps_uuids_and_ignores_spaces():
 
 def test_pin_past_the_visible_list_is_refused():
     env = {"CUDA_VISIBLE_DEVICES": "4,5"}
-    with pytest.raises(gpus.GpuPinningError, match="index=2 is out of range.*'4,5'"):
+    with pytest.raises(GpuPinningError, match="index=2 is out of range.*'4,5'"):
         gpus.pin_to_gpu(2, env)
     assert env == {"CUDA_VISIBLE_DEVICES": "4,5"}
 
@@ -57,7 +58,7 @@ def test_pin_past_the_visible_list_is_refused():
 def test_pin_after_cuda_initialised_is_refused(monkeypatch):
     monkeypatch.setattr(gpus, "cuda_initialized", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with pytest.raises(gpus.GpuPinningError, match="already initialised"):
+    with pytest.raises(GpuPinningError, match="already initialised"):
         gpus.pin_to_gpu(0)
     assert "CUDA_VISIBLE_DEVICES" not in gpus.os.environ
 
@@ -70,7 +71,7 @@ def test_an_empty_visible_list_means_no_gpu():
 def test_counting_gpus_creates_no_cuda_context():
     code = (
         "import torch\n"
-        "from c128a.gpus import visible_gpu_count\n"
+        "from c128a.runners.gpus import visible_gpu_count\n"
         "n = visible_gpu_count()\n"
         "assert n == torch.cuda.device_count(), n\n"
         "assert not torch.cuda.is_initialized()\n"
@@ -87,7 +88,7 @@ def test_a_pinned_process_sees_exactly_its_gpu():
     count = torch.cuda.device_count()
     code = (
         "import os, torch\n"
-        "from c128a.gpus import pin_to_gpu\n"
+        "from c128a.runners.gpus import pin_to_gpu\n"
         f"print(pin_to_gpu({count - 1}))\n"
         "assert torch.cuda.device_count() == 1\n"
         "torch.zeros(1, device='cuda')\n"

@@ -13,25 +13,23 @@ import dataclasses
 import pytest
 import torch
 
-from c128a import policy
-from c128a.batch import Batch
-from c128a.graph import (
+from c128a.contract import COMPRESS_RATIO
+from c128a.failures import BadArgument, ReplayMismatch, StaleSentinelHazard
+from c128a.plugin.pytest_plugin import resolve_strict_sentinels
+from c128a.replay import (
     KV_VALUE_BASE,
     OUT_OF_TABLE,
     ReplayHarness,
-    ReplayMismatch,
-    StaleSentinelHazard,
     capture_sizes,
     consume,
     pad_decode_to_capture_size,
     padded_size,
     sentinel_lengths,
 )
-from c128a.pytest_plugin import resolve_strict_sentinels
+from c128a.step import Batch
 from c128a.targets import load_target
-from c128a.validation import InvalidArgument
 
-R = policy.COMPRESS_RATIO
+R = COMPRESS_RATIO
 SMALL_MODEL_LEN = 81_920  # capacity 640: widths 128, 256, 512, 640
 LONG_MODEL_LEN = 1_048_576  # capacity 8192
 NUM_PAGES = 8192
@@ -110,14 +108,14 @@ def test_capture_sizes_are_powers_of_two_up_to_the_limit():
     assert capture_sizes(32) == (1, 2, 4, 8, 16, 32)
     assert capture_sizes(24) == (1, 2, 4, 8, 16, 24)
     assert capture_sizes(1) == (1,)
-    with pytest.raises(InvalidArgument, match="limit=0 must be an int >= 1"):
+    with pytest.raises(BadArgument, match="limit=0 must be an int >= 1"):
         capture_sizes(0)
 
 
 def test_padded_size_is_the_smallest_capture_size_that_fits():
     sizes = capture_sizes(8)
     assert [padded_size(n, sizes) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
-    with pytest.raises(InvalidArgument, match="count=9 tokens exceed the largest capture size 8"):
+    with pytest.raises(BadArgument, match="count=9 tokens exceed the largest capture size 8"):
         padded_size(9, sizes)
 
 
@@ -157,7 +155,7 @@ def test_consume_stops_at_lens_and_marks_reads_outside_the_table():
 
 
 def test_triton_consumer_kernel_matches_the_emulated_consumer(c128a_device):
-    from c128a.graph_cuda import launch_consumer
+    from c128a.kernels.consumer import launch_consumer
 
     # Strided indices (row stride 384 > width 256), lens past the width, zero,
     # negative (poison), and indices outside the table.
@@ -168,7 +166,7 @@ def test_triton_consumer_kernel_matches_the_emulated_consumer(c128a_device):
     seen = torch.empty((4, 256), dtype=torch.int32, device=c128a_device)
     lens_seen = torch.empty(4, dtype=torch.int32, device=c128a_device)
     gathered = torch.empty((4, 256), dtype=torch.int64, device=c128a_device)
-    launch_consumer(indices, lens, kv, seen, lens_seen, gathered)
+    launch_consumer(indices, lens, kv, seen, lens_seen, gathered, OUT_OF_TABLE)
     assert torch.equal(seen, indices)
     assert torch.equal(lens_seen, lens)
     assert torch.equal(gathered, consume(indices, lens, kv))
@@ -193,7 +191,7 @@ def test_harness_refuses_an_unpadded_batch(c128a_device):
         token_to_req_indices=batch.token_to_req_indices[:3],
         slot_mapping=batch.slot_mapping[:3],
     )
-    with pytest.raises(InvalidArgument, match=r"num_decode_tokens=3 is not a capture size"):
+    with pytest.raises(BadArgument, match=r"num_decode_tokens=3 is not a capture size"):
         harness.run_step(unpadded)
 
 

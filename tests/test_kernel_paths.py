@@ -13,7 +13,8 @@ import functools
 import pytest
 from hypothesis import given, settings
 
-from c128a import invariants, policy, strategies
+from c128a import strategies
+from c128a.checks import check_step
 from c128a.targets import Target
 
 # name: launch_tiled keywords. None of these depends on the batch.
@@ -28,16 +29,15 @@ TILINGS = {
 
 
 def tiled_target(name: str) -> Target:
-    from c128a import kernel
+    from c128a.kernels import adaptive
+    from c128a.kernels.builder import triton_builder
 
     launch = functools.partial(
-        kernel.launch_tiled, num_warps=4, programs_per_sm=0, **TILINGS[name]
+        adaptive.launch_tiled, num_warps=4, programs_per_sm=0, **TILINGS[name]
     )
     return Target(
-        spec=f"c128a.kernel with {name}",
-        build_c128a_topk_metadata=kernel.triton_builder(launch),
-        active_topk_width=policy.active_topk_width,
-        capacity_width=policy.capacity_width,
+        spec=f"c128a.kernels.adaptive with {name}",
+        build_c128a_topk_metadata=triton_builder(launch),
     )
 
 
@@ -48,7 +48,7 @@ def test_kernel_tiling_matches_oracle(tiling, c128a_device):
     @settings(max_examples=12)
     @given(batch=strategies.batches())
     def check(batch):
-        invariants.check_step(target, batch, c128a_device)
+        check_step(target, batch, c128a_device)
 
     check()
 
@@ -58,6 +58,6 @@ def test_kernel_tiling_keeps_historical_failures_fixed(tiling, c128a_device):
     target = tiled_target(tiling)
     for name, batch in strategies.HISTORICAL_BATCHES.items():
         try:
-            invariants.check_step(target, batch, c128a_device)
+            check_step(target, batch, c128a_device)
         except AssertionError as exc:
             raise AssertionError(f"historical batch {name!r}: {exc}") from None

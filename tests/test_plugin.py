@@ -2,7 +2,7 @@
 
 import pytest
 
-from c128a.pytest_plugin import header_lines
+from c128a.plugin.pytest_plugin import header_lines
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
 

@@ -1,6 +1,6 @@
 """The width policy of the selected target: W and C for every step it can see.
 
-``test_width_policy_at_every_model_len`` runs the whole invariant (:func:`c128a.invariants.
+``test_width_policy_at_every_model_len`` runs the whole invariant (:func:`c128a.checks.
 check_width_policy`); the tests after it state its rules one at a time, at
 arbitrary (max_model_len, max_seq_len) points, so a failure names the rule.
 """
@@ -12,7 +12,7 @@ import inspect
 import pytest
 from hypothesis import assume, example, given, strategies as st
 
-from c128a.invariants import CAPTURE_OVERSHOOT, check_width_policy
+from c128a.checks import CAPTURE_OVERSHOOT, check_width_policy
 from c128a.strategies import EDGE_MAX_MODEL_LENS, max_model_lens
 
 R = 128

@@ -4,7 +4,7 @@ makes Triton compile the kernel again (the bug that hung one tensor-parallel
 rank in a compile at >524K context).
 
 On CUDA the compiled-variant cache is counted directly; the same sweep
-against ``c128a.mutant_kernels:width_specialised`` (width as ``tl.constexpr``)
+against ``c128a.kernels.mutants:width_specialised`` (width as ``tl.constexpr``)
 must grow it. On the CPU, where the interpreter compiles nothing, the kernel's
 signature is checked instead, and the mutant is shown to be exact in values,
 so compile counting is what catches it.
@@ -19,8 +19,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from c128a import policy
-from c128a.batch import Batch, build
+from c128a.contract import BuildArgs, policy
+from c128a.step import Batch, build
 
 CAPACITY = 8192  # 1M context
 BLOCK_SIZE = 2
@@ -30,12 +30,13 @@ ROWS = 320
 def _kernel_and_launch(name: str):
     """(JIT function, launch) of the project's kernel or the width mutant."""
     if name == "project":
-        from c128a import kernel
+        from c128a.kernels import adaptive
 
-        return kernel.c128a_topk_kernel, kernel.launch
-    from c128a.mutant_kernels import width_specialised
+        return adaptive.c128a_topk_kernel, adaptive.launch
+    from c128a.kernels.mutants import width_specialised
 
-    return width_specialised.jit_kernel, width_specialised.launch
+    (jit_kernel,) = width_specialised.jit_functions
+    return jit_kernel, width_specialised.launch
 
 
 def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table):
@@ -47,7 +48,7 @@ def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, pre
     requests = (torch.arange(num_tokens, device=device) % max(table.shape[0], 1)).to(torch.int32)
     slot_mapping = torch.where(index % 5 == 4, -1, index)
     lens = torch.empty(ROWS, dtype=torch.int32, device=device)
-    return (
+    return BuildArgs(
         positions, policy.COMPRESS_RATIO, num_decode, requests, table, BLOCK_SIZE,
         slot_mapping, decode_buffer, lens, prefill_buffer, width,
     )
@@ -57,7 +58,7 @@ def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int
     """Warm ``name``'s kernel once at the largest width, then launch it at
     every reachable width with varied token counts, buffer row strides and
     block-table strides: (variants after warm-up, variants after the sweep)."""
-    from c128a.kernel import compiled_variant_count
+    from c128a.kernels.compiled import compiled_variant_count
 
     jit_kernel, launch = _kernel_and_launch(name)
     pages = CAPACITY // BLOCK_SIZE
@@ -71,7 +72,7 @@ def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int
         torch.zeros(1, 1, dtype=torch.int32, device=device),  # stride 1: one page
     ]
 
-    launch(*_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
+    launch(_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
     torch.cuda.synchronize(device)
     warmed = compiled_variant_count(jit_kernel, device)
 
@@ -80,7 +81,7 @@ def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int
         for num_decode, num_prefill in token_counts:
             for table in tables:
                 for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
-                    launch(*_launch_arguments(
+                    launch(_launch_arguments(
                         device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table
                     ))
     torch.cuda.synchronize(device)
@@ -130,7 +131,7 @@ def specialisation_problems(jit_kernel, tile_constexprs: set[str]) -> list[str]:
 
 
 def test_every_runtime_scalar_is_unspecialised():
-    from c128a import kernel
+    from c128a.kernels import adaptive as kernel
 
     scalars, constexprs, _ = _parameter_kinds(kernel.c128a_topk_kernel)
     assert scalars == set(kernel.RUNTIME_SCALARS)
@@ -139,15 +140,16 @@ def test_every_runtime_scalar_is_unspecialised():
 
 
 def test_baseline_kernel_specialises_on_nothing_from_the_batch():
-    from c128a import baseline
+    from c128a.kernels import baseline
 
     assert specialisation_problems(baseline.baseline_topk_kernel, {"COLUMNS"}) == []
 
 
 def test_signature_check_flags_the_width_mutant():
-    from c128a.mutant_kernels import width_specialised
+    from c128a.kernels.mutants import width_specialised
 
-    problems = specialisation_problems(width_specialised.jit_kernel, {"BLOCK_T", "BLOCK_W"})
+    (jit_kernel,) = width_specialised.jit_functions
+    problems = specialisation_problems(jit_kernel, {"BLOCK_T", "BLOCK_W"})
     assert problems == ["WIDTH is a constexpr"]
 
 
@@ -189,10 +191,10 @@ def small_batches(draw) -> Batch:
 @settings(max_examples=15)
 @given(batch=small_batches())
 def test_width_specialised_mutant_is_exact_in_values(batch, c128a_device):
-    from c128a import reference
-    from c128a.mutant_kernels import width_specialised
+    from c128a.contract import oracle
+    from c128a.kernels.mutants import width_specialised
 
-    got = build(width_specialised.build_c128a_topk_metadata, batch, c128a_device).buffers
-    want = build(reference.build_c128a_topk_metadata, batch, c128a_device).buffers
+    got = build(width_specialised, batch, c128a_device).buffers
+    want = build(oracle, batch, c128a_device).buffers
     for name, g, w in zip(("global_decode", "decode_lens", "prefill"), got.as_tuple(), want.as_tuple()):
         assert torch.equal(g, w), f"{name} differs from the oracle at W={batch.width}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from c128a import cases
+from c128a.runners import cases
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 CASE_FILES = cases.case_files(REGRESSIONS)

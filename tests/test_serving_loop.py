@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
-from c128a.graph import ReplayMismatch, StaleSentinelHazard
-from c128a.serving import build_machine, serving_loop_machine
+from c128a.failures import ReplayMismatch, StaleSentinelHazard
+from c128a.replay import build_machine, serving_loop_machine
 from c128a.targets import load_target
 
 pytestmark = pytest.mark.graph

@@ -10,14 +10,11 @@ import pytest
 import torch
 from hypothesis import find, given, settings, strategies as st
 
-from c128a.batch import PAGE_PRIME, Batch, PermutedBlockTable
-from c128a.strategies import (
-    REQUEST_BYTES,
-    _requests_from_bytes,
-    _length_edges,
-    _sequence_length,
-    batches,
-)
+from c128a.failures import BadArgument
+from c128a.step import PAGE_PRIME, Batch, PermutedBlockTable
+from c128a.strategies import batches
+from c128a.strategies.engine import _length_edges, _requests_from_bytes, _sequence_length
+from c128a.strategies.layout import REQUEST_BYTES
 
 QUIET = settings(database=None, max_examples=200)
 
@@ -88,7 +85,7 @@ def test_a_permuted_table_is_the_table_it_describes(table):
 
 
 def test_a_permuted_table_refuses_rows_wider_than_its_width():
-    with pytest.raises(ValueError, match="width=2"):
+    with pytest.raises(BadArgument, match="width=2"):
         PermutedBlockTable(pages_needed=(3,), width=2)
 
 

@@ -5,15 +5,9 @@ import types
 
 import pytest
 
-from c128a import policy
-from c128a.targets import (
-    DEFAULT_TARGET,
-    TARGET_ENV,
-    TargetSpecError,
-    TargetUnavailable,
-    load_target,
-    resolve_spec,
-)
+from c128a.contract import policy
+from c128a.failures import TargetSpecError, TargetUnavailable
+from c128a.targets import DEFAULT_TARGET, TARGET_ENV, load_target, resolve_spec
 
 
 def test_option_wins_over_environment(monkeypatch):
@@ -55,7 +49,7 @@ def _importable(name):
 @pytest.fixture
 def module_target(monkeypatch):
     """A throwaway importable module that follows the contract by delegation."""
-    from c128a import reference
+    from c128a.contract import oracle as reference
 
     module = types.ModuleType("c128a_test_plugin_target")
     module.build_c128a_topk_metadata = reference.build_c128a_topk_metadata

@@ -1,6 +1,6 @@
 """Bad input is refused with a ValueError naming the argument, and nothing is written.
 
-One test per bad input (:data:`c128a.invariants.BAD_INPUTS`), on the
+One test per bad input (:data:`c128a.checks.BAD_INPUTS`), on the
 selected target. A target that declares ``validates_input=False`` (vLLM,
 which checks with ``assert``) reports each as an expected failure, never a
 pass. A third-party target is only obliged to check the contract's own
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, example, given
 
-from c128a.invariants import BAD_INPUTS, check_rejects_bad_input, is_project_target
-from c128a.properties import PROPERTIES
+from c128a.checks import BAD_INPUTS, PROPERTIES, check_rejects_bad_input
+from c128a.targets import is_project_target
 from c128a.strategies import HISTORICAL_BATCHES, batches
 
 EXAMPLES = [
@@ -52,14 +52,14 @@ def test_rejects(c128a_target, c128a_device, case):
 
 
 # The harness computes expected values with the oracle unchecked
-# (c128a.invariants.expected_result), so every step the strategies draw must
+# (c128a.checks.expected_result), so every step the strategies draw must
 # be inside the contract.
 @given(batch=batches())
 def test_strategies_draw_valid_steps(batch):
     batch.validate()
 
 
-@given(batch=PROPERTIES["matches_oracle"].strategy(None, max_tokens=512))
+@given(batch=PROPERTIES["matches_oracle"].strategy(None, 512))
 def test_strategies_draw_valid_large_steps(batch):
     batch.validate()
 

@@ -6,8 +6,9 @@ import types
 
 import pytest
 
-from c128a import gpus, pytest_plugin
-from c128a.pytest_plugin import (
+from c128a.runners import gpus
+from c128a.plugin import pytest_plugin
+from c128a.plugin.pytest_plugin import (
     XDIST_GPU_COUNT_ENV,
     pin_xdist_worker,
     pytest_xdist_auto_num_workers,

@@ -1,0 +1,228 @@
+"""The property registry, and the one way a property runs.
+
+A :class:`Property` is one invariant ready to run: its strategy, its check,
+the contract's historical failures to try first. :meth:`Property.test`
+builds its Hypothesis test: the historical steps as ``@example``, the
+chosen settings, ``event()`` for each step's labels and ``target()`` scores
+(tokens, width doublings) that the ``fuzz`` profile's target phase climbs.
+pytest (``tests/test_properties.py``), ``c128a fuzz``, ``c128a mutants`` and
+``c128a bench --throughput`` all run properties through it; a runner that
+needs to see each example passes ``around``.
+
+A property's input is always a :class:`~c128a.step.Batch`, so a failing input
+is saved whole as JSON and replayed without Hypothesis (:meth:`Property.replay`).
+``width_policy`` is a Batch property too: it reads only the batch's
+``max_model_len`` and sweeps every ``max_seq_len`` the engine can present at
+that model length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from hypothesis import event, example, given, seed as use_seed, target as hypothesis_target
+from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
+from hypothesis.strategies import SearchStrategy
+
+from ..step import Batch, Buffers, build
+from ..strategies import HISTORICAL_BATCHES, batches
+from .bad_input import check_rejects_bad_input
+from .differential import check_adaptive_equals_full, check_idempotent, check_independent
+from .one_build import (
+    check_matches_oracle,
+    check_padding,
+    check_step,
+    check_untouched_memory,
+    check_views,
+)
+from .width_policy import check_width_policy
+
+__all__ = ["PROPERTIES", "Property"]
+
+Check = Callable[[object, Batch, torch.device], None]
+Around = Callable[[Batch, Callable[[], None]], None]
+
+
+@dataclass(frozen=True)
+class Property:
+    """One invariant, ready to run: ``strategy(target, max_tokens)`` draws the
+    batches (engine steps of up to ``max_tokens`` tokens, or the property's
+    default size for None); ``check(target, batch, device)`` raises a
+    :class:`~c128a.failures.ContractViolation` when ``target`` breaks it on
+    ``batch``; ``examples`` run first; ``unsupported(target)`` says why the
+    property cannot be checked on a target (None when it can)."""
+
+    name: str
+    strategy: Callable[[object, int | None], SearchStrategy[Batch]]
+    check: Check
+    doc: str = ""
+    examples: tuple[Batch, ...] = ()
+    unsupported: Callable[[object], str | None] = lambda target: None
+
+    def test(
+        self,
+        target,
+        device,
+        *,
+        settings=None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+        around: Around | None = None,
+    ) -> Callable[[], None]:
+        """This property on ``target`` as a Hypothesis test: call it to run it.
+
+        ``settings`` (a ``hypothesis.settings``) defaults to the loaded
+        profile's; ``seed`` fixes the random choices (reproducible from it
+        alone). ``around(batch, run)`` wraps every example: it must call
+        ``run()`` (the check) and may do what a runner needs before and after.
+        The test's database key is the property's name, so every run, worker
+        and machine sharing a database replays the failures of that property.
+        """
+        check, strategy = self.check, self.strategy(target, max_tokens)
+
+        def run_property(batch: Batch) -> None:
+            observe(batch)
+            if around is None:
+                check(target, batch, device)
+            else:
+                around(batch, lambda: check(target, batch, device))
+
+        run_property.__qualname__ = run_property.__name__ = f"c128a_{self.name}"
+        run_property._hypothesis_internal_add_digest = f"c128a:{self.name}".encode()
+        test = given(batch=strategy)(run_property)
+        for batch in reversed(self.examples):
+            test = example(batch=batch)(test)
+        if seed is not None:
+            test = use_seed(seed)(test)  # before settings: @seed alone drops the database
+        return settings(test) if settings is not None else test
+
+    def replay(self, target, batch: Batch, device) -> None:
+        """Run the check once on a saved ``batch``, without Hypothesis."""
+        self.check(target, batch, device)
+
+
+def observe(batch: Batch) -> None:
+    """Report what kind of step ran (``event``) and how big it was (``target``)."""
+    for label in batch.labels:
+        event(label)
+    for score, label in (
+        (batch.num_tokens, "tokens"),
+        (max(batch.width, 0).bit_length(), "width doublings"),
+    ):
+        try:
+            hypothesis_target(float(score), label=label)
+        except HypothesisInvalidArgument:
+            pass  # a label may be observed once per example; a nested draw did
+
+
+# ---------------------------------------------------------------- strategies
+
+
+def _token_budget(max_tokens: int | None, default: int = 32) -> dict:
+    """Keywords of :func:`~c128a.strategies.batches` for steps of up to
+    ``max_tokens`` tokens: enough decode requests (8 tokens each at most) and
+    prefill chunk length to reach it; the property's default size for None."""
+    if max_tokens is None:
+        return {"max_tokens": default}
+    return {
+        "max_tokens": max_tokens,
+        "max_decode_requests": max(6, max_tokens // 8),
+        "max_prefill_chunk": max(24, max_tokens // 4),
+    }
+
+
+def engine_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    return batches(target, **_token_budget(max_tokens))
+
+
+def steps_with_decode(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    # Every bad-input case that needs a decode token applies.
+    return batches(target, min_decode_requests=1, **_token_budget(max_tokens))
+
+
+def policy_width_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    # Two builds, one at the full capacity (up to 8,192 columns): fewer tokens.
+    return batches(target, widths="policy", **_token_budget(max_tokens, default=16))
+
+
+def other_geometry_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    return batches(target, geometries=True, **_token_budget(max_tokens))
+
+
+def model_lengths(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    # Only max_model_len matters; no tokens keeps the draw cheap.
+    return batches(target, max_tokens=0, max_buffer_rows=8)
+
+
+# ---------------------------------------------------------------- checks of one batch
+
+
+def _matches_oracle(target, batch: Batch, device) -> None:
+    check_matches_oracle(target, build(target, batch, device))
+
+
+def _views(target, batch: Batch, device) -> None:
+    check_views(target, build(target, batch, device))
+
+
+def _untouched_memory(target, batch: Batch, device) -> None:
+    buffers = Buffers.for_batch(batch, device)
+    before = buffers.clone()
+    check_untouched_memory(target, build(target, batch, device, buffers=buffers), before)
+
+
+def _padding(target, batch: Batch, device) -> None:
+    check_padding(target, build(target, batch, device))
+
+
+def _other_geometries(target, batch: Batch, device) -> None:
+    """Invariant: every one-build check (views, oracle equality, padding,
+    untouched memory) holds at compress ratios and block sizes other than the
+    engine's 128 and 2: the kernel-level function takes both as arguments."""
+    check_step(target, batch, device)
+
+
+def _width_policy(target, batch: Batch, device) -> None:
+    check_width_policy(target, batch.max_model_len, batch.compress_ratio)
+
+
+def _rejects_bad_input(target, batch: Batch, device) -> None:
+    check_rejects_bad_input(target, batch, device)
+
+
+def _needs_validation(target) -> str | None:
+    if getattr(target, "validates_input", True):
+        return None
+    return (
+        f"target {target} declares validates_input=False (vLLM checks with assert, which "
+        "python -O strips): bad input is not refused with a ValueError"
+    )
+
+
+def _property(name: str, check: Check, strategy=engine_steps, invariant=None, **options):
+    doc = ((invariant or check).__doc__ or "").strip()
+    examples = tuple(HISTORICAL_BATCHES.values())
+    return Property(name, strategy, check, doc=doc, examples=examples, **options)
+
+
+PROPERTIES: dict[str, Property] = {
+    prop.name: prop
+    for prop in (
+        _property("matches_oracle", _matches_oracle, invariant=check_matches_oracle),
+        _property("adaptive_equals_full", check_adaptive_equals_full, policy_width_steps),
+        _property("views", _views, invariant=check_views),
+        _property("untouched_memory", _untouched_memory, invariant=check_untouched_memory),
+        _property("padding", _padding, invariant=check_padding),
+        _property("idempotent", check_idempotent),
+        _property("independent", check_independent),
+        _property(
+            "rejects_bad_input", _rejects_bad_input, steps_with_decode,
+            invariant=check_rejects_bad_input, unsupported=_needs_validation,
+        ),
+        _property("width_policy", _width_policy, model_lengths, invariant=check_width_policy),
+        _property("other_geometries", _other_geometries, other_geometry_steps),
+    )
+}
+"""Property name -> :class:`Property`; names match the kill matrix's columns."""

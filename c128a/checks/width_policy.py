@@ -1,0 +1,147 @@
+"""The width policy: W and C for every step the engine can present."""
+
+from __future__ import annotations
+
+import inspect
+
+from ..contract import COMPRESS_RATIO, WIDTH_ALIGNMENT
+from ..failures import InvariantViolation, call_target
+
+CAPTURE_OVERSHOOT = (1, 2, 7, 8, 127, 128, 129, 255, 256, 1024)
+"""How far past ``max_model_len`` a capture step's longest sequence may reach."""
+
+
+def _accepts_batch_invariant(active_topk_width) -> bool:
+    try:
+        parameters = inspect.signature(active_topk_width).parameters
+    except (TypeError, ValueError):
+        return False
+    return "batch_invariant" in parameters
+
+
+def contract_capacity(max_model_len: int, compress_ratio: int = COMPRESS_RATIO) -> int:
+    """The contract's C = ceil(ceil(max_model_len / R) / 128) * 128."""
+    entries = -(-max_model_len // compress_ratio)
+    return -(-entries // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+
+
+def contract_width(max_seq_len: int, compress_ratio: int, capacity: int) -> int:
+    """The contract's W = min(max(next_power_of_2(max(max_seq_len // R, 1)), 128), C)."""
+    needed = max(max_seq_len // compress_ratio, 1)
+    return min(max(1 << (needed - 1).bit_length(), WIDTH_ALIGNMENT), capacity)
+
+
+def _policy_samples(max_model_len: int, ratio: int) -> list[int]:
+    """Every max_seq_len where W can change, up to max_model_len: for each
+    needed = max_seq_len // R, its first and last length, plus the edges."""
+    samples = set()
+    for needed in range(max_model_len // ratio + 1):
+        samples.add(needed * ratio)
+        samples.add(min(needed * ratio + ratio - 1, max_model_len))
+    samples.update((0, 1, max_model_len - 1, max_model_len))
+    return sorted(s for s in samples if 0 <= s <= max_model_len)
+
+
+def check_width_policy(
+    target, max_model_len: int, compress_ratio: int = COMPRESS_RATIO
+) -> None:
+    """Invariant: for every max_seq_len the engine can present, W is a multiple
+    of 128, covers max_seq_len // R, is <= C, is monotone, takes at most
+    log2(C / 128) + 2 values, and is the contract's formula; C is the
+    contract's capacity, a multiple of 128; a capture step slightly past
+    max_model_len either gets such a W or the policy's ValueError; a policy
+    with a ``batch_invariant`` keyword returns W = C when it is True."""
+    name = "width_policy"
+    capacity = call_target(name, "capacity_width", target.capacity_width, max_model_len,
+                           compress_ratio)
+    where = f"max_model_len={max_model_len}, capacity={capacity}"
+    if capacity % WIDTH_ALIGNMENT or capacity <= 0:
+        raise InvariantViolation(
+            name, f"capacity={capacity} is not a positive multiple of 128; {where}"
+        )
+    if capacity != contract_capacity(max_model_len, compress_ratio):
+        raise InvariantViolation(
+            name,
+            f"capacity={capacity}, but ceil(ceil(max_model_len / R) / 128) * 128 = "
+            f"{contract_capacity(max_model_len, compress_ratio)}; {where}",
+        )
+    needed_at_max = max_model_len // compress_ratio
+    if capacity < needed_at_max:
+        raise InvariantViolation(
+            name, f"capacity={capacity} < max_model_len // R = {needed_at_max}; {where}"
+        )
+
+    keyword = _accepts_batch_invariant(target.active_topk_width)
+
+    def width_of(max_seq_len: int):
+        # Outside batch-invariant mode, whatever the environment says.
+        options = {"batch_invariant": False} if keyword else {}
+        return target.active_topk_width(max_seq_len, compress_ratio, capacity, **options)
+
+    def width_ok(max_seq_len: int, width) -> str | None:
+        if not isinstance(width, int) or isinstance(width, bool):
+            return f"W={width!r} is not an int"
+        if width % WIDTH_ALIGNMENT or width <= 0:
+            return f"W={width} is not a positive multiple of 128"
+        if width < max_seq_len // compress_ratio:
+            return f"W={width} < max_seq_len // R = {max_seq_len // compress_ratio}: lists are cut"
+        if width > capacity:
+            return f"W={width} > capacity={capacity}"
+        expected = contract_width(max_seq_len, compress_ratio, capacity)
+        if width != expected:
+            return (
+                f"W={width}, but min(max(next_power_of_2(max(max_seq_len // R, 1)), 128), C) "
+                f"= {expected}"
+            )
+        return None
+
+    previous, seen = None, set()
+    for max_seq_len in _policy_samples(max_model_len, compress_ratio):
+        width = call_target(name, f"active_topk_width({max_seq_len}, ...)", width_of, max_seq_len)
+        problem = width_ok(max_seq_len, width)
+        if problem:
+            raise InvariantViolation(name, f"max_seq_len={max_seq_len}: {problem}; {where}")
+        if previous is not None and width < previous[1]:
+            raise InvariantViolation(
+                name,
+                f"not monotone: max_seq_len={previous[0]} gets W={previous[1]} but "
+                f"max_seq_len={max_seq_len} gets W={width}; {where}",
+            )
+        previous = (max_seq_len, width)
+        seen.add(width)
+    limit = max(capacity // WIDTH_ALIGNMENT, 1).bit_length() - 1 + 2
+    if len(seen) > limit:
+        raise InvariantViolation(
+            name,
+            f"{len(seen)} distinct widths {sorted(seen)} > log2(C / 128) + 2 = {limit}; {where}",
+        )
+    for overshoot in CAPTURE_OVERSHOOT:
+        max_seq_len = max_model_len + overshoot
+        try:
+            width = width_of(max_seq_len)
+        except ValueError:
+            continue  # the clear refusal the contract allows
+        except Exception as exc:
+            raise InvariantViolation(
+                name,
+                f"capture edge max_seq_len={max_seq_len}: raised {type(exc).__name__}: "
+                f"{exc} instead of a width or a ValueError; {where}",
+            ) from exc
+        problem = width_ok(max_seq_len, width)
+        if problem:
+            raise InvariantViolation(
+                name, f"capture edge max_seq_len={max_seq_len}: {problem}; {where}"
+            )
+    if not keyword:
+        return  # the policy offers no batch-invariant mode
+    for max_seq_len in (0, 1, max_model_len):
+        width = call_target(
+            name, "active_topk_width(..., batch_invariant=True)", target.active_topk_width,
+            max_seq_len, compress_ratio, capacity, batch_invariant=True,
+        )
+        if width != capacity:
+            raise InvariantViolation(
+                name,
+                f"batch-invariant mode (batch_invariant=True): max_seq_len={max_seq_len} "
+                f"gets W={width}, expected W = capacity = {capacity}; {where}",
+            )

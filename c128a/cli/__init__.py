@@ -1,0 +1,50 @@
+"""The ``c128a`` command line.
+
+Each subcommand lives in its own module, which provides
+``configure_parser(parser)`` and ``run(args) -> int`` (the exit status). The
+modules import no kernel at import time: ``run`` chooses the device first
+(Triton's interpreter on the CPU), then loads the target, then imports what
+runs it. Every subcommand exits 0 when every check held, 1 when a target
+failed a check, and 2 for a usage or set-up error (:mod:`c128a.failures`),
+which is reported on one line before any work starts where it can be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..failures import EXIT_USAGE, HarnessError, UsageError
+from . import bench, fuzz, mutants, replay
+
+SUBCOMMANDS = {
+    "fuzz": (fuzz, "run the property suite and the serving-loop machine for a time"),
+    "replay": (replay, "rerun saved failure cases and print their diffs"),
+    "mutants": (mutants, "run the suite against every mutant; print the kill matrix"),
+    "bench": (bench, "benchmark the kernel against the baseline (GPU), or a property's throughput"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="c128a", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, summary) in SUBCOMMANDS.items():
+        sub = commands.add_parser(name, help=summary, description=summary)
+        module.configure_parser(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as exc:
+        print(f"c128a {args.command}: {exc}", file=sys.stderr)
+    except HarnessError as exc:
+        print(f"c128a {args.command}: the suite itself failed: {exc}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""``c128a fuzz``: run every property and the serving-loop machine for a time.
+
+Options come from the command line, else the ``[fuzz]`` table of
+``--config FILE``, else their defaults; every option can be set either way
+(:class:`c128a.runners.fuzz.FuzzOptions`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from ..runners.cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
+from ..runners.fuzz import DEFAULT_DB, FuzzOptions, load_config_file, resolve, run_fuzz
+from .common import add_target_arguments, choose_device, load
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help="TOML file with a [fuzz] table of these options; the command line wins",
+    )
+    parser.add_argument("--minutes", type=float, metavar="M",
+                        help="run for M minutes (fractions allowed); the default without "
+                        "--max-examples is 1")
+    parser.add_argument("--max-examples", type=int, metavar="N",
+                        help="stop after N examples in all (shared among the workers)")
+    parser.add_argument("--max-tokens", type=int, metavar="N",
+                        help="draw engine steps of up to N tokens (more requests, longer "
+                        "prefill chunks; default: each property's own size, 32 for most)")
+    parser.add_argument("--seed", type=int,
+                        help="seed of the whole run (default: random, reported)")
+    parser.add_argument(
+        "--workers", type=int, metavar="K",
+        help="worker processes (default: one per GPU on CUDA, one per core on the CPU)",
+    )
+    parser.add_argument("--db", metavar="PATH|redis://HOST:PORT/N",
+                        help=f"Hypothesis example database (default {DEFAULT_DB}; 'none' for none)")
+    parser.add_argument("--cases-dir", metavar="DIR",
+                        help=f"where failure cases are written (default {DEFAULT_CASES_DIR})")
+    parser.add_argument("--report", metavar="FILE", help="write the JSON report here")
+    parser.add_argument("--example-timeout", type=float, metavar="S",
+                        help="kill and restart a worker whose example runs longer (default 300)")
+    parser.add_argument("-x", "--exitfirst", action="store_true", default=None,
+                        help="stop at the first failure")
+    parser.add_argument("--profile",
+                        help="Hypothesis profile the rounds derive from (default fuzz)")
+    parser.add_argument("--chunk", type=int, metavar="N",
+                        help="examples per Hypothesis round before the next property (default 25)")
+    parser.add_argument("--only", metavar="NAMES", type=_names,
+                        help="comma-separated properties to run (serving_loop: the machine)")
+    parser.add_argument("--stateful", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the serving-loop machine too (default: yes)")
+    parser.add_argument("--properties", metavar="MODULE:ATTR",
+                        help=f"property mapping to fuzz (default {DEFAULT_PROPERTIES})")
+    parser.add_argument("--machine", metavar="MODULE:ATTR",
+                        help=f"serving-loop machine factory (default {DEFAULT_MACHINE})")
+    parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                        help="live status display (default: when stderr is a terminal)")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def options_from_args(args: argparse.Namespace) -> FuzzOptions:
+    """Each option from the command line, else the config file."""
+    given = FuzzOptions(**{f.name: getattr(args, f.name, None) for f in fields(FuzzOptions)})
+    if getattr(args, "config", None):
+        return given.over(load_config_file(args.config))
+    return given
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    device = choose_device(options.device)
+    target, _ = load(options.target)
+    config = resolve(options, target=target.spec, device=device)
+    return int(run_fuzz(config)["exit_status"])

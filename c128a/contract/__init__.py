@@ -1,0 +1,41 @@
+"""The contract under test (CONTRACT.md): its sizes, the kernel-level call,
+the width policy, the oracle and the argument checks."""
+
+from .call import BUILD_FUNCTION, BuildArgs, Views, contract_builder, returned_views
+from .oracle import attended_lengths, write_metadata
+from .policy import active_topk_width, capacity_width, reachable_widths
+from .sizes import (
+    BLOCK_SIZE,
+    COMPRESS_RATIO,
+    DEFAULT_WIDTH,
+    MAX_CAPACITY,
+    MAX_MODEL_LEN,
+    MAX_QUERY_TOKENS_PER_DECODE,
+    PAGE_TOKENS,
+    SENTINEL,
+    WIDTH_ALIGNMENT,
+)
+from .validation import check_build_arguments
+
+__all__ = [
+    "BLOCK_SIZE",
+    "BUILD_FUNCTION",
+    "COMPRESS_RATIO",
+    "DEFAULT_WIDTH",
+    "MAX_CAPACITY",
+    "MAX_MODEL_LEN",
+    "MAX_QUERY_TOKENS_PER_DECODE",
+    "PAGE_TOKENS",
+    "SENTINEL",
+    "WIDTH_ALIGNMENT",
+    "BuildArgs",
+    "Views",
+    "active_topk_width",
+    "attended_lengths",
+    "capacity_width",
+    "check_build_arguments",
+    "contract_builder",
+    "reachable_widths",
+    "returned_views",
+    "write_metadata",
+]

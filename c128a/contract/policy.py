@@ -1,0 +1,85 @@
+"""The builder-level width policy: which active width W a step uses.
+
+W = min(max(next_power_of_2(max(max_seq_len // R, 1)), 128), C). Powers of two
+keep the number of distinct widths (and so of kernel variants a consumer may
+see) to log2(C / 128) + 2 at most; the 128 floor keeps W a multiple of
+FlashMLA's decode tile; the capacity cap keeps W inside the buffers.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..failures import BadArgument
+from .sizes import COMPRESS_RATIO, WIDTH_ALIGNMENT
+from .validation import check, check_positive_int
+
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+
+
+def capacity_width(max_model_len: int, compress_ratio: int = COMPRESS_RATIO) -> int:
+    """The buffers' column count C: compressed entries of the longest sequence,
+    rounded up to a multiple of 128. 8192 at 1M context, 640 at 81,920."""
+    check_positive_int("max_model_len", max_model_len)
+    check_positive_int("compress_ratio", compress_ratio)
+    entries = -(-max_model_len // compress_ratio)
+    return -(-entries // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+
+
+def batch_invariant_from_env() -> bool:
+    value = os.environ.get(BATCH_INVARIANT_ENV, "0").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
+def next_power_of_2(value: int) -> int:
+    """The smallest power of two >= ``value`` (1 for ``value`` <= 1)."""
+    return 1 << max(value - 1, 0).bit_length()
+
+
+def active_topk_width(
+    max_seq_len: int,
+    compress_ratio: int,
+    capacity: int,
+    *,
+    batch_invariant: bool | None = None,
+) -> int:
+    """The active width W for a batch whose longest sequence is ``max_seq_len``.
+
+    In batch-invariant mode (``batch_invariant=True``, or ``None`` and the
+    environment variable ``VLLM_BATCH_INVARIANT`` set) W is pinned to the
+    capacity so that no token's output depends on its neighbours.
+
+    Raises :class:`~c128a.failures.BadArgument` when the capacity cannot hold
+    ``max_seq_len // compress_ratio`` entries, instead of returning a width
+    that would cut a token's list short.
+    """
+    check(
+        isinstance(max_seq_len, int) and not isinstance(max_seq_len, bool) and max_seq_len >= 0,
+        f"max_seq_len={max_seq_len!r} must be an int >= 0",
+    )
+    check_positive_int("compress_ratio", compress_ratio)
+    check_positive_int("capacity", capacity)
+    check(
+        capacity % WIDTH_ALIGNMENT == 0,
+        f"capacity={capacity} must be a multiple of {WIDTH_ALIGNMENT}; "
+        "use capacity_width(max_model_len) to size the buffers",
+    )
+    needed = max_seq_len // compress_ratio
+    if needed > capacity:
+        raise BadArgument(
+            f"max_seq_len={max_seq_len} needs {needed} compressed entries "
+            f"(max_seq_len // compress_ratio) but capacity={capacity}; "
+            f"the buffers cover sequences up to {capacity * compress_ratio + compress_ratio - 1} "
+            "tokens: size them from a larger max_model_len"
+        )
+    if batch_invariant is None:
+        batch_invariant = batch_invariant_from_env()
+    if batch_invariant:
+        return capacity
+    return min(max(next_power_of_2(max(needed, 1)), WIDTH_ALIGNMENT), capacity)
+
+
+def reachable_widths(capacity: int) -> list[int]:
+    """Every width the policy can return for this capacity, smallest first."""
+    widths = {min(1 << k, capacity) for k in range(7, max(capacity.bit_length(), 8) + 1)}
+    return sorted(w for w in widths if w <= capacity)

@@ -1,0 +1,26 @@
+"""Deliberately broken targets: proof that the suite can fail.
+
+Each mutant has exactly one fault and reproduces one bug class of the
+contract's table; ``c128a.mutants:NAME`` is its target spec. They are pure
+torch on top of the oracle's arithmetic: fast, and runnable on CPU and CUDA
+tensors alike. Builder faults live in :mod:`.builders`, width-policy faults
+in :mod:`.policies`; :data:`MUTANTS` describes each. (A fault only a compiled
+kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
+"""
+
+from . import builders, policies  # noqa: F401  (they register the mutants)
+from .registry import MUTANTS, Mutant
+
+__all__ = ["MUTANTS", "Mutant"]
+
+
+def __getattr__(name: str):
+    """``c128a.mutants.NAME`` is mutant NAME's target namespace."""
+    try:
+        return MUTANTS[name].target
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *MUTANTS])

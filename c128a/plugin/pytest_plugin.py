@@ -1,0 +1,272 @@
+"""pytest plugin: target and device options, Hypothesis profiles, markers.
+
+Registered through the ``pytest11`` entry point. Importing this module
+imports nothing heavy; the device is chosen in ``pytest_configure`` before
+any kernel module is imported (Triton's interpreter must be switched on
+first), and the target is loaded right after.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+DEVICE_ENV = "C128A_DEVICE"  # c128a.targets.DEVICE_ENV, named here so loading imports nothing
+XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
+STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
+MARKERS = (
+    "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
+    "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
+    "slow: long-running checks (mutant matrix, fuzz smoke runs)",
+)
+
+_state_key = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("c128a", "C128A metadata kernel suite")
+    group.addoption(
+        "--c128a-target",
+        metavar="SPEC",
+        default=None,
+        help="implementation under test: triton (default), reference, vllm, MODULE or "
+        "MODULE:ATTR; falls back to $C128A_TARGET",
+    )
+    group.addoption(
+        "--c128a-device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="where kernels run; default CUDA when available, else the CPU under "
+        "Triton's interpreter; falls back to $C128A_DEVICE",
+    )
+    group.addoption(
+        "--c128a-strict-sentinels",
+        action="store_true",
+        default=None,
+        help="also fail CUDA-graph replay tests when a consumer that trusts the -1 "
+        "sentinel (not decode_lens) would read stale columns [W, W_capture); off by "
+        "default; falls back to $C128A_STRICT_SENTINELS=1",
+    )
+
+
+def resolve_strict_sentinels(option: bool | None, env_value: str | None) -> tuple[bool, str]:
+    """(on, where it came from): the flag wins over the environment variable."""
+    if option:
+        return True, "--c128a-strict-sentinels"
+    value = (env_value or "").strip().lower()
+    if not value:
+        return False, "default"
+    if value in ("1", "true", "yes", "on"):
+        return True, f"${STRICT_SENTINELS_ENV}"
+    if value in ("0", "false", "no", "off"):
+        return False, f"${STRICT_SENTINELS_ENV}"
+    raise pytest.UsageError(
+        f"c128a: invalid value {env_value!r} from ${STRICT_SENTINELS_ENV}; use 1 (on) or 0 (off)"
+    )
+
+
+def strict_sentinels_line(on: bool, origin: str) -> str:
+    return f"c128a strict sentinels: {'on' if on else 'off'} (from {origin})"
+
+
+def header_lines(
+    spec: str, origin: str, device: str, interpreter: bool, profile: str, unavailable: str | None
+) -> list[str]:
+    """The report header, as plain ``key: value`` lines."""
+    target = f"c128a target: {spec} (from {origin})"
+    if unavailable:
+        target += f" -- UNAVAILABLE, tests that need it skip: {unavailable}"
+    device_line = f"c128a device: {device}" + (" (Triton interpreter)" if interpreter else "")
+    return [target, device_line, f"c128a hypothesis profile: {profile}"]
+
+
+def _device_choice(config: pytest.Config) -> str | None:
+    return config.getoption("c128a_device") or os.environ.get(DEVICE_ENV) or None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` on a GPU machine: one worker per GPU, not one per core."""
+    if _device_choice(config) == "cpu":
+        return None
+    from c128a.runners.gpus import visible_gpu_count
+
+    return visible_gpu_count() or None
+
+
+def xdist_worker_index(worker_id: str) -> int:
+    """``gw3`` -> 3 (pytest-xdist's worker ids)."""
+    if not worker_id.startswith("gw") or not worker_id[2:].isdigit():
+        raise pytest.UsageError(f"c128a: unexpected PYTEST_XDIST_WORKER={worker_id!r}")
+    return int(worker_id[2:])
+
+
+def pin_xdist_worker(env=os.environ) -> str | None:
+    """In an xdist worker of a GPU run, see only this worker's GPU.
+
+    Runs before anything touches CUDA. Returns the CUDA_VISIBLE_DEVICES value
+    set, or None outside a GPU xdist run (nothing changes without xdist).
+    """
+    worker_id = env.get("PYTEST_XDIST_WORKER")
+    gpu_count = env.get(XDIST_GPU_COUNT_ENV)
+    if not worker_id or not gpu_count:
+        return None
+    from c128a.runners.gpus import gpu_for_worker, pin_to_gpu
+
+    return pin_to_gpu(gpu_for_worker(xdist_worker_index(worker_id), int(gpu_count)), env)
+
+
+def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
+    """Header line: which worker runs on which GPU."""
+    from c128a.runners.gpus import gpu_for_worker
+
+    pairs = ", ".join(
+        f"gw{i}->GPU {visible[gpu_for_worker(i, len(visible))]}" for i in range(num_workers)
+    )
+    return f"c128a xdist GPUs: {pairs}"
+
+
+def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str | None:
+    """On the controller of a GPU run with workers: tell them how many GPUs there are."""
+    workers = config.getoption("numprocesses", None)
+    if not isinstance(workers, int) or workers < 1 or os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    if device_choice == "cpu":
+        return None
+    from c128a.runners.gpus import visible_gpu_count, visible_ids
+
+    count = visible_gpu_count()
+    if not count:
+        return None
+    os.environ[XDIST_GPU_COUNT_ENV] = str(count)  # workers inherit the environment
+    return xdist_gpu_line(workers, visible_ids() or [str(i) for i in range(count)])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+
+    from hypothesis import settings
+
+    from c128a.checks import profiles
+
+    profiles.register_profiles()
+    profile = config.getoption("hypothesis_profile", None)
+    if not profile:
+        # Hypothesis's own plugin loads an explicit --hypothesis-profile later.
+        profile = profiles.default_profile()
+        settings.load_profile(profile)
+
+    from c128a.failures import DeviceError, GpuPinningError
+    from c128a.targets import interpreter_on, use_device
+
+    device_choice = _device_choice(config)
+    try:
+        # Before anything initialises CUDA in this process.
+        pinned_gpu = pin_xdist_worker()
+        xdist_line = _prepare_xdist_gpus(config, device_choice)
+    except GpuPinningError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from exc
+    try:
+        device = use_device(device_choice)
+    except DeviceError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from exc
+
+    from c128a.failures import TargetSpecError, TargetUnavailable
+    from c128a.targets import load_target, resolve_spec
+
+    spec, origin = resolve_spec(config.getoption("c128a_target"))
+    target, unavailable = None, None
+    try:
+        target = load_target(spec)
+    except TargetSpecError as exc:
+        raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
+    except TargetUnavailable as exc:
+        unavailable = str(exc)
+    strict_sentinels = resolve_strict_sentinels(
+        config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
+    )
+    config.stash[_state_key] = {
+        "spec": spec,
+        "origin": origin,
+        "device": device,
+        "interpreter": interpreter_on(),
+        "profile": profile,
+        "target": target,
+        "unavailable": unavailable,
+        "strict_sentinels": strict_sentinels,
+        "pinned_gpu": pinned_gpu,
+        "xdist_line": xdist_line,
+    }
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(_state_key, None)
+    if state is None:
+        return []
+    return header_lines(
+        state["spec"],
+        state["origin"],
+        state["device"],
+        state["interpreter"],
+        state["profile"],
+        state["unavailable"],
+    ) + [strict_sentinels_line(*state["strict_sentinels"])] + (
+        [state["xdist_line"]] if state["xdist_line"] else []
+    ) + batch_invariant_lines()
+
+
+def batch_invariant_lines() -> list[str]:
+    """A loud line when VLLM_BATCH_INVARIANT pins every policy width to C."""
+    from c128a.contract.policy import BATCH_INVARIANT_ENV, batch_invariant_from_env
+
+    if not batch_invariant_from_env():
+        return []
+    return [
+        f"c128a batch-invariant mode: ${BATCH_INVARIANT_ENV}={os.environ[BATCH_INVARIANT_ENV]} "
+        "pins the policy's W to C; adaptive widths are only tested where a test sets W itself"
+    ]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    state = item.config.stash[_state_key]
+    if item.get_closest_marker("cuda") and state["device"] != "cuda":
+        from c128a.targets.device import cuda_available
+
+        reason = (
+            "needs CUDA: running with --c128a-device=cpu"
+            if cuda_available()
+            else "needs CUDA: no GPU here (torch.cuda.is_available() is False)"
+        )
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def c128a_pinned_gpu(pytestconfig: pytest.Config) -> str | None:
+    """The GPU this xdist worker was pinned to (CUDA_VISIBLE_DEVICES), or None."""
+    return pytestconfig.stash[_state_key]["pinned_gpu"]
+
+
+@pytest.fixture(scope="session")
+def c128a_device(pytestconfig: pytest.Config):
+    """The torch.device the suite runs on."""
+    import torch
+
+    return torch.device(pytestconfig.stash[_state_key]["device"])
+
+
+@pytest.fixture(scope="session")
+def c128a_target(pytestconfig: pytest.Config):
+    """The target under test; skips (with the import error) when unavailable."""
+    state = pytestconfig.stash[_state_key]
+    if state["target"] is None:
+        pytest.skip(f"target {state['spec']!r} unavailable: {state['unavailable']}")
+    return state["target"]
+
+
+@pytest.fixture(scope="session")
+def c128a_strict_sentinels(pytestconfig: pytest.Config) -> bool:
+    """Whether the opt-in stale-sentinel replay check is on (--c128a-strict-sentinels)."""
+    return pytestconfig.stash[_state_key]["strict_sentinels"][0]

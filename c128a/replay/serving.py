@@ -1,0 +1,342 @@
+"""A Hypothesis state machine of the serving loop, replayed through captured consumers.
+
+Each rule changes the scheduler's state and then runs one engine step: every
+live request takes part (prefilling requests with their next chunk, decoding
+requests with one query token, or 1..8 for the request a rule advances), the
+step is padded to a capture size, built into the persistent buffers through
+:func:`c128a.checks.check_step` (every one-build invariant), and the
+captured consumers of :class:`c128a.replay.ReplayHarness` are replayed and
+checked against the oracle consumer. A shrunk failure prints as the list of
+rule calls, e.g. ``requests_0 = state.add_request(cached=16383, prompt=1,
+chunk=1)`` then ``state.advance(request=requests_0, tokens=2)``, followed by
+each step's batch (``note``) and the failing check's diff.
+
+Rules: add a request (a prefix-cache hit of ``cached`` tokens, then ``prompt``
+new tokens prefilled ``chunk`` at a time); advance a request by 1..8 accepted
+tokens; finish a request (its pages return to the pool); reallocate a
+request's pages (preemption and recompute: same positions, new block-table
+entries, reused pages first); jump a request to another context length, so
+that W crosses powers of two up and down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+import torch
+import hypothesis
+from hypothesis import event, note
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
+
+from ..checks import check_step
+from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS
+from ..failures import HarnessError, call_target
+from ..step import Batch, StepRequest, assemble_batch
+from .harness import ReplayHarness
+
+DEFAULT_MAX_MODEL_LEN = {
+    "cuda": 1_048_576,  # capacity 8192: every width 128 ... 8192 is reachable
+    "cpu": 262_144,  # capacity 2048: widths 128 ... 2048, cheap under Triton's interpreter
+}
+MAX_REQUESTS = 4
+MAX_QUERY_TOKENS = MAX_QUERY_TOKENS_PER_DECODE  # one token plus up to 7 accepted drafts
+CAPTURE_LIMIT = 16  # decode: MAX_QUERY_TOKENS + (MAX_REQUESTS - 1); prefill: MAX_REQUESTS * 4
+TABLE_PADDING = -7  # block-table entries past a request's pages (never read)
+
+
+def contexts(max_model_len: int) -> st.SearchStrategy[int]:
+    """Context lengths in tokens, spread over every width the policy can pick.
+
+    Draws an exponent k, then a length whose lists need about 2**k entries,
+    often exactly the band's top (R * 2**k - 1: the next token's n(t) is then
+    exactly 2**k, a full row at W = 2**k). Capped below ``max_model_len``
+    leaving room for later tokens. Shrinks towards k = 0, length 0.
+    """
+    ratio = COMPRESS_RATIO
+    cap = max_model_len - 1024
+    top = max(cap // ratio, 1).bit_length()
+
+    def band(k: int) -> st.SearchStrategy[int]:
+        low = 0 if k == 0 else ratio * 2 ** (k - 1)
+        high = ratio * 2**k - 1
+        return st.one_of(st.integers(low, high), st.just(high)).map(lambda c: min(c, cap))
+
+    return st.integers(0, top).flatmap(band)
+
+
+@dataclass(eq=False)
+class Request:
+    """One request as the scheduler sees it."""
+
+    number: int
+    length: int  # tokens in the KV cache: the next token's position
+    prompt_left: int  # prompt tokens still to prefill
+    chunk: int
+    pages: list[int] = field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def decoding(self) -> bool:
+        return self.prompt_left == 0
+
+    def __repr__(self) -> str:
+        phase = "decoding" if self.decoding else f"prefilling, {self.prompt_left} left"
+        return f"Request(r{self.number}: length {self.length}, {phase})"
+
+
+class PagePool:
+    """KV pages; freed pages are reused first (LIFO), so block tables change."""
+
+    def __init__(self, num_pages: int):
+        self.free = list(range(num_pages - 1, -1, -1))
+        self.reused = 0
+        self._ever_used: set[int] = set()
+
+    def take(self, count: int) -> list[int]:
+        if count > len(self.free):
+            raise HarnessError(
+                f"page pool exhausted: {count} pages asked for, {len(self.free)} free; "
+                "raise the pool size"
+            )
+        pages = [self.free.pop() for _ in range(count)]
+        self.reused += sum(1 for page in pages if page in self._ever_used)
+        self._ever_used.update(pages)
+        return pages
+
+    def give_back(self, pages: list[int]) -> None:
+        self.free.extend(reversed(pages))
+
+
+def serving_loop_machine(target, device, *, strict_sentinels: bool = False):
+    """The serving-loop state machine for ``target`` on ``device``.
+
+    Run it with ``hypothesis.stateful.run_state_machine_as_test(machine,
+    settings=...)`` or expose ``machine.TestCase`` to pytest. With
+    ``strict_sentinels`` the opt-in stale-sentinel check raises
+    :class:`~c128a.failures.StaleSentinelHazard` when it trips.
+    """
+    return build_machine(target, device, strict_sentinels=strict_sentinels)
+
+
+def build_machine(
+    target,
+    device,
+    *,
+    strict_sentinels: bool = False,
+    check_invariants: bool = True,
+    check_window: bool = True,
+    max_model_len: int | None = None,
+):
+    """:func:`serving_loop_machine` with knobs for the suite's own tests:
+    ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
+    and ``check_window=False`` skips the index-window comparison, so that a
+    test can show which replay check catches a fault on its own.
+    ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
+
+    The engine is captured once per machine class; each run starts from the
+    state right after capture (:meth:`c128a.replay.ReplayHarness.reset`).
+    """
+    device = torch.device(device)
+    if max_model_len is None:
+        max_model_len = DEFAULT_MAX_MODEL_LEN[device.type]
+    build_step = None
+    if check_invariants:
+
+        def build_step(batch, buffers):
+            return check_step(target, batch, device, buffers=buffers)
+
+    pages_per_request = -(-max_model_len // PAGE_TOKENS) + 2 * MAX_QUERY_TOKENS
+    # One request's worth spare: reallocation takes new pages before freeing the old.
+    num_pages = (MAX_REQUESTS + 1) * pages_per_request
+    block_size = PAGE_TOKENS // COMPRESS_RATIO
+
+    engine: list[ReplayHarness] = []  # captured on the first run, reset for later ones
+
+    def started_engine() -> ReplayHarness:
+        if engine:
+            engine[0].reset()
+        else:
+            engine.append(
+                ReplayHarness(
+                    target,
+                    device,
+                    max_model_len=max_model_len,
+                    kv_slots=num_pages * block_size,
+                    capture_limit=CAPTURE_LIMIT,
+                    block_size=block_size,
+                    build_step=build_step,
+                    strict_sentinels=strict_sentinels,
+                    check_window=check_window,
+                )
+            )
+        return engine[0]
+
+    class ServingLoop(RuleBasedStateMachine):
+        requests = Bundle("requests")
+
+        def __init__(self):
+            super().__init__()
+            self.harness = started_engine()
+            self.pool = PagePool(num_pages)
+            self.live: list[Request] = []
+            self.admitted = 0
+            self.last_width: int | None = None
+            self.width_changes = 0
+            self.largest_drop = 0
+
+        # Rules --------------------------------------------------------------
+
+        @precondition(lambda self: len(self.live) < MAX_REQUESTS)
+        @rule(
+            target=requests,
+            cached=contexts(max_model_len),
+            prompt=st.integers(1, 8),
+            chunk=st.integers(1, 4),
+        )
+        def add_request(self, cached, prompt, chunk):
+            request = Request(self.admitted, cached, prompt, chunk)
+            self.admitted += 1
+            self._cover(request, cached)
+            self.live.append(request)
+            self._step(f"add_request r{request.number}")
+            return request
+
+        @rule(request=requests, tokens=st.integers(1, MAX_QUERY_TOKENS))
+        def advance(self, request, tokens):
+            if not request.decoding:
+                event("advance: request still prefilling, takes its chunk")
+            elif tokens > 1:
+                event("advance: speculative tokens accepted")
+            self._step(f"advance r{request.number} by {tokens}", {request.number: tokens})
+
+        @rule(request=consumes(requests))
+        def finish(self, request):
+            request.finished = True
+            self.live.remove(request)
+            self.pool.give_back(request.pages)
+            request.pages = []
+            self._step(f"finish r{request.number}")
+
+        @rule(request=requests)
+        def reallocate_pages(self, request):
+            old = request.pages
+            request.pages = []
+            self._cover(request, request.length)
+            self.pool.give_back(old)
+            self._step(f"reallocate_pages r{request.number}")
+
+        @rule(request=requests, context=contexts(max_model_len))
+        def jump(self, request, context):
+            event("jump: longer context" if context > request.length else "jump: shorter context")
+            request.length = context
+            keep = -(-context // PAGE_TOKENS)
+            if len(request.pages) > keep:
+                self.pool.give_back(request.pages[keep:])
+                del request.pages[keep:]
+            self._cover(request, context)
+            self._step(f"jump r{request.number} to {context}")
+
+        def teardown(self):
+            hypothesis.target(float(self.width_changes), label="width changes")
+            hypothesis.target(float(self.largest_drop), label="largest width drop (log2)")
+
+        # One engine step ---------------------------------------------------
+
+        def _cover(self, request: Request, tokens: int) -> None:
+            """Give ``request`` pages for its first ``tokens`` tokens."""
+            needed = -(-tokens // PAGE_TOKENS) - len(request.pages)
+            if needed > 0:
+                request.pages.extend(self.pool.take(needed))
+
+        def _step(self, cause: str, speculative: dict[int, int] | None = None) -> None:
+            speculative = speculative or {}
+            decode, prefill = [], []  # (request, query tokens)
+            for request in self.live:
+                room = max_model_len - request.length
+                if request.decoding:
+                    count = min(speculative.get(request.number, 1), room)
+                    decode.append((request, count))
+                else:
+                    prefill.append((request, min(request.chunk, request.prompt_left, room)))
+            decode = [(r, n) for r, n in decode if n > 0]
+            prefill = [(r, n) for r, n in prefill if n > 0]
+            if not decode and not prefill:
+                event("idle step: no tokens scheduled")
+                note(f"[{cause}] no tokens to schedule")
+                return
+            for request, count in decode + prefill:
+                self._cover(request, request.length + count)
+
+            batch = self.harness.pad(self._batch(decode, prefill))
+            note(f"[{cause}] " + self._describe(batch, decode, prefill))
+            outcome = self.harness.run_step(batch)
+            self._observe(outcome)
+
+            for request, count in decode:
+                request.length += count
+            for request, count in prefill:
+                request.length += count
+                request.prompt_left -= count
+
+        def _batch(self, decode, prefill) -> Batch:
+            def scheduled(request, count) -> StepRequest:
+                positions = tuple(range(request.length, request.length + count))
+                return StepRequest(positions, tuple(self._slot(request, p) for p in positions))
+
+            table_width = max((len(r.pages) for r, _ in decode), default=0)
+            table = tuple(
+                tuple(r.pages) + (TABLE_PADDING,) * (table_width - len(r.pages)) for r, _ in decode
+            )
+            requests = [scheduled(r, n) for r, n in decode + prefill]
+            max_seq_len = max(r.seq_len for r in requests)
+            capacity = self.harness.capacity
+            return assemble_batch(
+                requests[: len(decode)],
+                requests[len(decode) :],
+                block_table=table,
+                max_model_len=max_model_len,
+                capacity=capacity,
+                width=call_target(
+                    "target_raised", "active_topk_width", target.active_topk_width,
+                    max_seq_len, COMPRESS_RATIO, capacity,
+                ),
+                buffer_rows=self.harness.rows,
+                block_size=block_size,
+                labels=("serving-loop step",),
+            )
+
+        @staticmethod
+        def _slot(request: Request, position: int) -> int:
+            return request.pages[position // PAGE_TOKENS] * PAGE_TOKENS + position % PAGE_TOKENS
+
+        def _describe(self, batch: Batch, decode, prefill) -> str:
+            parts = [f"r{r.number} decode {r.length}..{r.length + n - 1}" for r, n in decode]
+            parts += [f"r{r.number} prefill {r.length}..{r.length + n - 1}" for r, n in prefill]
+            padding = sum(1 for s in batch.slot_mapping if s < 0)
+            return (
+                f"step {self.harness.steps + 1}: W={batch.width} (capture W="
+                f"{self.harness.capture_width}); " + ", ".join(parts)
+                + (f"; {padding} padding token(s)" if padding else "")
+            )
+
+        def _observe(self, outcome) -> None:
+            width = outcome.width
+            event(f"W={width}")
+            if self.last_width is not None and width != self.last_width:
+                self.width_changes += 1
+                event("width crosses up" if width > self.last_width else "width crosses down")
+                if width < self.last_width:
+                    drop = self.last_width.bit_length() - width.bit_length()
+                    self.largest_drop = max(self.largest_drop, drop)
+            self.last_width = width
+            if width < self.harness.capture_width:
+                event("W < W_capture: stale columns visible to the captured consumer")
+            for hazard in outcome.hazards:
+                event("stale-sentinel hazard (reported with --c128a-strict-sentinels)")
+                note(hazard)
+            if self.pool.reused:
+                event("pages reused")
+
+    ServingLoop.__name__ = ServingLoop.__qualname__ = "ServingLoop"
+    return ServingLoop

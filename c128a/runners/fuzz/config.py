@@ -1,0 +1,183 @@
+"""What a fuzz run is told: its options (command line and ``--config`` file
+alike), and the resolved configuration its workers receive."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import random
+import tomllib
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ...checks.profiles import PROFILES
+from ...failures import CaseError, UsageError
+from ...step.schema import read_value, type_hints
+from ..cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
+from ..gpus import visible_gpu_count
+
+DEFAULT_DB = ".hypothesis/fuzz"
+DEFAULT_MINUTES = 1.0
+CONFIG_TABLE = "fuzz"
+
+
+@dataclass(frozen=True)
+class FuzzOptions:
+    """Every option of ``c128a fuzz``, as given: None where not given. The
+    command line and the ``[fuzz]`` table of a ``--config`` file both give
+    these; the file's keys are these names (``-`` or ``_``), each read
+    against its annotation."""
+
+    target: str | None = None
+    device: str | None = None
+    minutes: float | None = None
+    max_examples: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    workers: int | None = None
+    db: str | None = None
+    cases_dir: str | None = None
+    report: str | None = None
+    example_timeout: float | None = None
+    exitfirst: bool | None = None
+    profile: str | None = None
+    chunk: int | None = None
+    only: tuple[str, ...] | None = None
+    stateful: bool | None = None
+    properties: str | None = None
+    machine: str | None = None
+    live: bool | None = None
+
+    def over(self, fallback: "FuzzOptions") -> "FuzzOptions":
+        """These options, with ``fallback``'s where these are None."""
+        return FuzzOptions(**{
+            f.name: getattr(self, f.name) if getattr(self, f.name) is not None
+            else getattr(fallback, f.name)
+            for f in fields(self)
+        })
+
+
+@dataclass(frozen=True)
+class FuzzConfig:
+    """Everything a run needs; picklable, so spawned workers receive it whole."""
+
+    target: str = "triton"
+    device: str = "cpu"
+    minutes: float | None = None
+    max_examples: int | None = None
+    max_tokens: int | None = None  # None: each property's default step size
+    seed: int = 0
+    workers: int = 1
+    db: str = DEFAULT_DB
+    cases_dir: str = DEFAULT_CASES_DIR
+    report: str | None = None
+    example_timeout: float = 300.0
+    exitfirst: bool = False
+    profile: str = "fuzz"
+    chunk: int = 25
+    only: tuple[str, ...] = ()
+    stateful: bool = True
+    properties: str = DEFAULT_PROPERTIES
+    machine: str | None = DEFAULT_MACHINE
+    gpu_count: int = 0
+    max_restarts: int = 25
+    live: bool | None = None  # None: a live display when stderr is a terminal
+
+
+def load_config_file(path: str) -> FuzzOptions:
+    """The ``[fuzz]`` table of a TOML file, every key checked against
+    :class:`FuzzOptions` (a :class:`~c128a.failures.UsageError` names the
+    file, the key and the rule)."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--config {path}: not TOML: {exc}") from exc
+    table = data.get(CONFIG_TABLE, {})
+    known = {f.name: f for f in fields(FuzzOptions)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise UsageError(
+                f"--config {path}: unknown key {CONFIG_TABLE}.{key}; known: {', '.join(known)}"
+            )
+        if name == "only" and isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        try:
+            values[name] = read_value(
+                type_hints(FuzzOptions)[name], value, None, f"{CONFIG_TABLE}.{key}"
+            )
+        except CaseError as exc:
+            raise UsageError(f"--config {path}: {CONFIG_TABLE}.{key}={value!r}: {exc.rule}") from exc
+    return FuzzOptions(**values)
+
+
+def derive_seed(seed: int, *parts: int) -> int:
+    """A 32-bit seed for one worker round: reproducible from ``--seed`` alone."""
+    text = ":".join(str(p) for p in (seed, *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def default_workers(device: str) -> tuple[int, int]:
+    """(workers, GPUs): one per visible GPU on CUDA, one per usable core on the CPU."""
+    if device == "cuda":
+        gpus = visible_gpu_count()
+        return max(gpus, 1), gpus
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(cores, 1), 0
+
+
+def resolve(options: FuzzOptions, *, target: str, device: str) -> FuzzConfig:
+    """The run's configuration from the given options (target and device
+    already resolved and loaded); a :class:`~c128a.failures.UsageError` for
+    any option outside its rule."""
+    workers, gpus = default_workers(device)
+    if options.workers is not None:
+        if options.workers < 1:
+            raise UsageError(f"--workers={options.workers} must be >= 1")
+        workers = options.workers
+    for name in ("minutes", "example_timeout"):
+        value = getattr(options, name)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise UsageError(f"--{name.replace('_', '-')}={value} must be a finite number > 0")
+    for name in ("max_examples", "chunk", "max_tokens"):
+        value = getattr(options, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')}={value} must be >= 1")
+    profile = options.profile or "fuzz"
+    if profile not in PROFILES:
+        raise UsageError(
+            f"--profile={profile!r} is not one of {', '.join(PROFILES)} (c128a/checks/profiles.py)"
+        )
+    if (options.db or "").startswith("redis://"):
+        try:
+            import redis  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(
+                f"--db {options.db} needs the redis client: pip install -e '.[redis]'"
+            ) from exc
+    minutes = options.minutes
+    if minutes is None and options.max_examples is None:
+        minutes = DEFAULT_MINUTES
+    seed = options.seed if options.seed is not None else random.SystemRandom().getrandbits(32)
+    given = {
+        name: getattr(options, name)
+        for name in ("max_examples", "max_tokens", "db", "cases_dir", "report", "example_timeout",
+                     "exitfirst", "chunk", "only", "stateful", "properties", "machine", "live")
+        if getattr(options, name) is not None
+    }
+    config = FuzzConfig(
+        target=target, device=device, minutes=minutes, seed=seed, workers=workers,
+        profile=profile, gpu_count=gpus, **given,
+    )
+    return dataclasses.replace(
+        config, example_timeout=float(config.example_timeout), machine=config.machine or None
+    )

@@ -1,0 +1,436 @@
+"""The parent of a fuzz run: spawns, watches and restarts workers.
+
+The work happens in worker processes (multiprocessing's spawn context, safe
+with CUDA), one per GPU on CUDA (each pinned to its GPU) or one per core on
+the CPU. A worker that dies (a CUDA fault, a signal) or runs one example past
+``--example-timeout`` is killed and restarted; the parent keeps its in-flight
+input as a ``crash`` or ``hang`` case. Only that worker's current example is
+lost.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import queue as queue_module
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ...step import Batch
+from ..cases import Case, atomic_write_json, case_filename, new_case, versions, write_case
+from ..gpus import gpu_for_worker
+from .config import FuzzConfig
+from .worker import CUDA_FAULT_EXIT, worker_main
+
+REPORT_FORMAT = "c128a-fuzz-report/1"
+POLL_INTERVAL_S = 0.1
+STARTUP_TIMEOUT_S = 600.0
+
+
+@dataclass
+class WorkerStats:
+    index: int
+    gpu: int | None = None
+    examples: int = 0
+    failures: int = 0
+    crashes: int = 0
+    hangs: int = 0
+    restarts: int = 0
+    running: str = ""
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    state: str = "starting"
+
+    def rate(self, now: float) -> float:
+        elapsed = (self.finished or now) - self.started
+        return self.examples / elapsed if elapsed > 0 else 0.0
+
+
+@dataclass
+class _Slot:
+    process: Any = None
+    channel: Any = None
+    generation: int = 0
+    spawned: float = 0.0
+    activity: float = 0.0
+    ready: bool = False
+    finished: bool = False
+
+
+class Supervisor:
+    """Spawns, watches and restarts workers; collects progress and cases."""
+
+    def __init__(self, config: FuzzConfig, console=None):
+        self.config = config
+        self.context = multiprocessing.get_context("spawn")
+        self.console = console or Console(stderr=True)
+        self.stop = self.context.Event()
+        self.run_dir = Path(tempfile.mkdtemp(prefix="c128a-fuzz-"))
+        self.slots = [_Slot() for _ in range(config.workers)]
+        self.stats = [WorkerStats(i) for i in range(config.workers)]
+        self.labels: Counter[str] = Counter()
+        self.per_property: Counter[str] = Counter()
+        self.cases: list[dict[str, Any]] = []
+        self.seen_failures: set[str] = set()
+        self.fatal: str | None = None
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+        self.deadline = self.started + config.minutes * 60 if config.minutes else None
+        self.stopping_since: float | None = None
+        shares = None
+        if config.max_examples is not None:
+            shares = [
+                config.max_examples // config.workers
+                + (1 if i < config.max_examples % config.workers else 0)
+                for i in range(config.workers)
+            ]
+        self.budgets = shares
+
+    # -- workers
+
+    def inflight_path(self, index: int) -> Path:
+        return self.run_dir / f"worker-{index}.json"
+
+    def spawn(self, index: int) -> None:
+        slot, stats = self.slots[index], self.stats[index]
+        self.inflight_path(index).unlink(missing_ok=True)
+        budget = None
+        if self.budgets is not None:
+            budget = max(0, self.budgets[index] - stats.examples)
+            if budget == 0:
+                slot.finished = True
+                stats.state = "done"
+                return
+        gpu = None
+        if self.config.device == "cuda" and self.config.gpu_count:
+            gpu = gpu_for_worker(index, self.config.gpu_count)
+        stats.gpu = gpu
+        slot.channel = self.context.Queue()
+        slot.process = self.context.Process(
+            target=worker_main,
+            args=(index, slot.generation, self.config, slot.channel, self.stop,
+                  str(self.inflight_path(index)), budget, gpu),
+            name=f"c128a-fuzz-{index}",
+            daemon=True,
+        )
+        slot.process.start()
+        slot.spawned = slot.activity = time.monotonic()
+        slot.ready = False
+        stats.state = "starting"
+
+    def restart(self, index: int) -> None:
+        slot, stats = self.slots[index], self.stats[index]
+        if slot.channel is not None:
+            slot.channel.close()
+            slot.channel.cancel_join_thread()
+        if stats.restarts >= self.config.max_restarts or self.stop.is_set():
+            slot.finished = True
+            stats.state = "gave up" if not self.stop.is_set() else "stopped"
+            return
+        stats.restarts += 1
+        slot.generation += 1
+        self.spawn(index)
+
+    def lost_input_case(self, index: int, kind: str, message: str) -> None:
+        """Keep what the worker was running when it died or hung as a case."""
+        path = self.inflight_path(index)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            record = None
+        if record is None:
+            self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
+                               "failure": message + " (before its first example)"})
+            return
+        batch = Batch.from_json(record["batch"]) if record.get("batch") else None
+        if record.get("fault"):
+            message += f": {record['fault']}"
+        case = new_case(
+            property=record["property"],
+            target=self.config.target,
+            kind=kind,
+            failure=message,
+            batch=batch,
+            device=self.config.device,
+            seed=record.get("seed"),
+            steps=None if batch else "the serving-loop example running when the worker was lost",
+        )
+        self.record_case(case)
+
+    def record_case(self, case: Case) -> None:
+        path, new = write_case(case, self.config.cases_dir)
+        self.cases.append({"path": str(path), "property": case.property, "kind": case.kind,
+                           "new": new, "failure": case.failure.splitlines()[0][:300]})
+        if self.config.exitfirst:
+            self.request_stop()
+
+    def request_stop(self) -> None:
+        if self.stopping_since is None:
+            self.stopping_since = time.monotonic()
+            self.stop.set()
+
+    def drain(self, index: int) -> None:
+        slot, stats = self.slots[index], self.stats[index]
+        while slot.channel is not None:
+            try:
+                kind, _, payload = slot.channel.get_nowait()
+            except (queue_module.Empty, OSError, ValueError, EOFError):
+                return
+            slot.activity = time.monotonic()
+            if kind == "ready":
+                slot.ready, stats.state = True, "running"
+            elif kind == "progress":
+                stats.examples += payload["examples"]
+                stats.running = payload["running"]
+                self.labels.update(payload["labels"])
+                self.per_property.update(payload["per_property"])
+            elif kind == "failure":
+                # Later rounds replay a saved failure from the database: count it once.
+                case = Case.from_json(payload)
+                if case_filename(case) not in self.seen_failures:
+                    self.seen_failures.add(case_filename(case))
+                    stats.failures += 1
+                    self.record_case(case)
+            elif kind == "fatal":
+                self.fatal = f"worker {index}: {payload}"
+                self.request_stop()
+            elif kind == "done":
+                slot.finished, stats.state, stats.finished = True, "done", time.monotonic()
+
+    def check(self, index: int, now: float) -> None:
+        slot, stats = self.slots[index], self.stats[index]
+        if slot.finished or slot.process is None:
+            return
+        process = slot.process
+        if not process.is_alive():
+            process.join()
+            self.drain(index)
+            if slot.finished or self.fatal:
+                slot.finished = True
+                return
+            if self.stopping_since is not None and process.exitcode == 0:
+                slot.finished, stats.state = True, "stopped"
+                return
+            code = process.exitcode
+            how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit {code}"
+            if code == CUDA_FAULT_EXIT:
+                how = "CUDA fault"
+            if not slot.ready:
+                # Dying before its first example is a setup problem: restarting repeats it.
+                self.fatal = f"worker {index} died during start-up ({how})"
+                slot.finished, stats.state = True, "failed to start"
+                self.request_stop()
+                return
+            stats.crashes += 1
+            self.lost_input_case(index, "crash", f"worker {index} died ({how}) running this input")
+            self.restart(index)
+            return
+        try:
+            inflight_time = self.inflight_path(index).stat().st_mtime
+            activity = max(slot.activity, time.monotonic() - (time.time() - inflight_time))
+        except OSError:
+            activity = slot.activity
+        limit = self.config.example_timeout if slot.ready else STARTUP_TIMEOUT_S
+        if now - activity > limit:
+            process.kill()
+            process.join()
+            stats.hangs += 1
+            self.lost_input_case(
+                index, "hang",
+                f"worker {index} ran one example for more than {limit:g} s "
+                "(--example-timeout) and was killed",
+            )
+            self.restart(index)
+
+    # -- the run
+
+    def run(self) -> dict[str, Any]:
+        for index in range(self.config.workers):
+            self.spawn(index)
+        live = self.config.live if self.config.live is not None else self.console.is_terminal
+        last_log = time.monotonic()
+        display = Live(self.render(), console=self.console, refresh_per_second=4) if live else None
+        try:
+            if display:
+                display.start()
+            while True:
+                now = time.monotonic()
+                for index in range(self.config.workers):
+                    self.drain(index)
+                    self.check(index, now)
+                if self.deadline is not None and now >= self.deadline:
+                    self.request_stop()
+                if all(slot.finished for slot in self.slots):
+                    break
+                grace = max(30.0, self.config.example_timeout)
+                if self.stopping_since is not None and now - self.stopping_since > grace:
+                    for index, slot in enumerate(self.slots):
+                        if not slot.finished and slot.process is not None:
+                            slot.process.kill()
+                            slot.process.join()
+                            slot.finished, self.stats[index].state = True, "killed at stop"
+                    break
+                if display:
+                    display.update(self.render())
+                elif now - last_log >= 60:
+                    self.console.print(self.status_line(now), markup=False)
+                    last_log = now
+                time.sleep(POLL_INTERVAL_S)
+        finally:
+            self.stop.set()
+            for slot in self.slots:
+                if slot.process is not None and slot.process.is_alive():
+                    slot.process.join(timeout=5)
+                    if slot.process.is_alive():
+                        slot.process.kill()
+            if display:
+                display.update(self.render())
+                display.stop()
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        return self.report()
+
+    # -- output
+
+    def remaining(self, now: float) -> str:
+        if self.deadline is None:
+            return "-"
+        return _duration(max(0.0, self.deadline - now))
+
+    def render(self):
+        now = time.monotonic()
+        table = Table(title=f"c128a fuzz: {self.config.target} on {self.config.device}",
+                      title_justify="left")
+        for column in ("worker", "state", "running", "examples", "ex/s", "failures",
+                       "restarts", "elapsed", "remaining"):
+            table.add_column(column, justify="right" if column in ("examples", "ex/s") else "left")
+        for stats in self.stats:
+            where = f"{stats.index}" + (f" (GPU {stats.gpu})" if stats.gpu is not None else "")
+            table.add_row(
+                where, stats.state, stats.running, str(stats.examples), f"{stats.rate(now):.1f}",
+                str(stats.failures + stats.crashes + stats.hangs), str(stats.restarts),
+                _duration(now - self.started), self.remaining(now),
+            )
+        coverage = ", ".join(f"{label}: {count}" for label, count in sorted(self.labels.items()))
+        return Group(table, Text(f"coverage: {coverage or '-'}"))
+
+    def status_line(self, now: float) -> str:
+        parts = [
+            f"w{s.index} {s.state} {s.examples} ex {s.rate(now):.1f}/s "
+            f"{s.failures + s.crashes + s.hangs} fail"
+            for s in self.stats
+        ]
+        return f"[{_duration(now - self.started)} / {self.remaining(now)} left] " + "; ".join(parts)
+
+    def report(self) -> dict[str, Any]:
+        now = time.monotonic()
+        elapsed = now - self.started
+        examples = sum(s.examples for s in self.stats)
+        failures = sum(s.failures for s in self.stats)
+        crashes = sum(s.crashes for s in self.stats)
+        hangs = sum(s.hangs for s in self.stats)
+        found = failures + crashes + hangs
+        status = "aborted" if self.fatal else ("failures" if found else "clean")
+        return {
+            "format": REPORT_FORMAT,
+            "target": self.config.target,
+            "device": self.config.device,
+            "seed": self.config.seed,
+            "profile": self.config.profile,
+            "workers": self.config.workers,
+            "minutes": self.config.minutes,
+            "max_examples": self.config.max_examples,
+            "max_tokens": self.config.max_tokens,
+            "database": self.config.db,
+            "cases_dir": self.config.cases_dir,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_wall)),
+            "elapsed_s": round(elapsed, 3),
+            "status": status,
+            "exit_status": 2 if self.fatal else (1 if found else 0),
+            "error": self.fatal,
+            "totals": {
+                "examples": examples,
+                "examples_per_s": round(examples / elapsed, 3) if elapsed else 0.0,
+                "failures": failures,
+                "crashes": crashes,
+                "hangs": hangs,
+                "restarts": sum(s.restarts for s in self.stats),
+                "new_cases": sum(1 for c in self.cases if c["new"]),
+            },
+            "per_worker": [
+                {
+                    "worker": s.index,
+                    "gpu": s.gpu,
+                    "examples": s.examples,
+                    "examples_per_s": round(s.rate(now), 3),
+                    "failures": s.failures,
+                    "crashes": s.crashes,
+                    "hangs": s.hangs,
+                    "restarts": s.restarts,
+                    "state": s.state,
+                }
+                for s in self.stats
+            ],
+            "per_property": dict(sorted(self.per_property.items())),
+            "coverage": dict(sorted(self.labels.items())),
+            "cases": self.cases,
+            "versions": versions(),
+        }
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def summary_table(report: dict[str, Any]):
+    steps = f", steps of up to {report['max_tokens']} tokens" if report.get("max_tokens") else ""
+    table = Table(title=f"c128a fuzz summary: {report['target']} on {report['device']}, "
+                  f"seed {report['seed']}{steps}, {report['elapsed_s']:.0f} s, {report['status']}",
+                  title_justify="left")
+    for column in ("worker", "examples", "ex/s", "failures", "crashes", "hangs", "restarts"):
+        table.add_column(column, justify="right")
+    for row in report["per_worker"]:
+        table.add_row(str(row["worker"]), str(row["examples"]), f"{row['examples_per_s']:.1f}",
+                      str(row["failures"]), str(row["crashes"]), str(row["hangs"]),
+                      str(row["restarts"]))
+    totals = report["totals"]
+    table.add_row("all", str(totals["examples"]), f"{totals['examples_per_s']:.1f}",
+                  str(totals["failures"]), str(totals["crashes"]), str(totals["hangs"]),
+                  str(totals["restarts"]), style="bold")
+    return table
+
+
+def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
+    """Run the fuzzer with ``config``; the report (also written to ``config.report``)."""
+    console = console or Console(stderr=True)
+    supervisor = Supervisor(config, console)
+    report = supervisor.run()
+    console.print(summary_table(report))
+    if report["coverage"]:
+        console.print(
+            "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
+            markup=False,
+        )
+    for case in report["cases"]:
+        if case["path"]:
+            note = "new" if case["new"] else "already saved"
+            console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
+                          markup=False)
+        else:
+            console.print(f"{case['kind']}: {case['failure']}", markup=False)
+    if report["error"]:
+        console.print(f"run aborted: {report['error']}", markup=False)
+    if config.report:
+        atomic_write_json(Path(config.report), report)
+    return report

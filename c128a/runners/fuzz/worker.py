@@ -1,0 +1,312 @@
+"""A fuzz worker process: rounds of Hypothesis tests, one property at a time.
+
+Each round runs one property through :meth:`c128a.checks.Property.test` (the
+same test pytest and the kill matrix run), seeded from ``--seed``, the
+worker, its restart generation and the round; then, in turn, a round of the
+stateful serving-loop machine. Before every example the worker writes the
+input to its in-flight file, so that the parent keeps it if the worker dies.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import torch
+from hypothesis import seed as use_seed
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.internal import observability
+from hypothesis.stateful import run_state_machine_as_test
+
+from ...checks import profiles
+from ...failures import failure_text
+from ...targets import import_object, load_target, use_device
+from ..cases import SERVING_LOOP, Case, atomic_write_json, new_case
+from ..gpus import pin_to_gpu
+from .config import FuzzConfig, derive_seed
+
+PROGRESS_INTERVAL_S = 0.5
+CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
+
+
+def is_cuda_fault(exc: BaseException | None) -> bool:
+    """A CUDA error (illegal address, launch failure), here or as the cause of
+    a wrapped failure: the context is unusable after it."""
+    while exc is not None:
+        if type(exc).__name__ == "AcceleratorError" or (
+            isinstance(exc, RuntimeError) and "CUDA error" in str(exc)
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def open_database(spec: str | None):
+    """The Hypothesis example database named by ``--db``."""
+    if not spec or spec == "none":
+        return None
+    if spec.startswith("redis://"):
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    return DirectoryBasedExampleDatabase(spec)
+
+
+class StopRequested(BaseException):
+    """Raised inside a test to end a round early; Hypothesis lets it through."""
+
+
+class FailureBlob:
+    """Hypothesis's reproduce blob for the failure a round ends with, read from
+    its observations (Hypothesis's observability API): the minimal failing
+    test case's ``reproduction_decorator``. Observing costs a little per
+    example, so a property round switches it on at the first failure, when
+    shrinking starts; and coverage, which observing would otherwise trace
+    line by line, stays off (the switch Hypothesis exposes for that)."""
+
+    def __init__(self):
+        self.blob: str | None = None
+        self.on = False
+        self._coverage = observability.OBSERVABILITY_COLLECT_COVERAGE
+
+    def start(self) -> None:
+        if not self.on:
+            observability.OBSERVABILITY_COLLECT_COVERAGE = False
+            observability.add_observability_callback(self._observe)
+            self.on = True
+
+    def stop(self) -> None:
+        if self.on:
+            observability.remove_observability_callback(self._observe)
+            observability.OBSERVABILITY_COLLECT_COVERAGE = self._coverage
+            self.on = False
+
+    def _observe(self, observation) -> None:
+        if getattr(observation, "type", None) != "test_case" or observation.status != "failed":
+            return
+        decorator = observation.metadata.reproduction_decorator
+        if decorator:
+            # "@reproduce_failure('6.170.17', b'AX...')": the call's two literal arguments.
+            call = ast.parse(decorator.lstrip("@"), mode="eval").body
+            self.blob = ast.literal_eval(call.args[1]).decode()
+
+
+class Progress:
+    """Counts examples and labels; sends them to the parent every so often."""
+
+    def __init__(self, channel, index: int):
+        self.channel, self.index = channel, index
+        self.examples = 0  # since the last flush
+        self.total = 0
+        self.labels: Counter[str] = Counter()
+        self.per_property: Counter[str] = Counter()
+        self.sent_at = time.monotonic()
+        self.running = ""
+
+    def count(self, name: str, labels=()) -> None:
+        self.examples += 1
+        self.total += 1
+        self.per_property[name] += 1
+        self.labels.update(labels)
+        if time.monotonic() - self.sent_at >= PROGRESS_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self.channel.put(
+            ("progress", self.index, {
+                "examples": self.examples,
+                "labels": dict(self.labels),
+                "per_property": dict(self.per_property),
+                "running": self.running,
+            })
+        )
+        self.examples = 0
+        self.labels.clear()
+        self.per_property.clear()
+        self.sent_at = time.monotonic()
+
+
+class Worker:
+    def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget):
+        self.index, self.generation, self.config = index, generation, config
+        self.channel, self.stop, self.inflight, self.budget = channel, stop, Path(inflight), budget
+        self.device_name = use_device(config.device)
+        if self.device_name == "cpu" and config.workers > 1:
+            torch.set_num_threads(1)  # one worker per core
+        self.device = torch.device(self.device_name)
+        profiles.register_profiles()
+        self.profile = settings.get_profile(config.profile)
+        self.target = load_target(config.target)
+        properties = import_object(config.properties, "--properties")
+        names = config.only or tuple(properties)
+        unknown = sorted(set(names) - set(properties) - {SERVING_LOOP})
+        if unknown:
+            raise ValueError(
+                f"--only names unknown properties {', '.join(unknown)}; known: "
+                f"{', '.join([*properties, SERVING_LOOP])}"
+            )
+        self.properties = [
+            properties[name] for name in names
+            if name != SERVING_LOOP and properties[name].unsupported(self.target) is None
+        ]
+        self.machine_factory = None
+        if config.stateful and config.machine and (not config.only or SERVING_LOOP in config.only):
+            self.machine_factory = import_object(config.machine, "--machine")
+        self.database = open_database(config.db)
+        self.progress = Progress(channel, index)
+
+    def write_inflight(self, name: str, seed: int, batch=None) -> None:
+        atomic_write_json(
+            self.inflight,
+            {"property": name, "seed": seed, "batch": batch.to_json() if batch else None},
+        )
+
+    def die_of_cuda_fault(self, name: str, seed: int, batch, exc: BaseException) -> None:
+        """A CUDA fault poisons the context: every later example would fail too,
+        and shrinking would keep a wrong input. Keep this one and exit now."""
+        record = {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
+                  "fault": failure_text(exc)}
+        atomic_write_json(self.inflight, record)
+        self.progress.flush()
+        self.channel.close()
+        self.channel.join_thread()
+        os._exit(CUDA_FAULT_EXIT)
+
+    def send_case(self, case: Case) -> None:
+        self.progress.flush()
+        self.channel.put(("failure", self.index, case.to_json()))
+
+    def loop(self) -> None:
+        rounds = [*self.properties, *([SERVING_LOOP] if self.machine_factory else [])]
+        if not rounds:
+            raise ValueError("no property selected (check --only)")
+        number = 0
+        while not self.stop.is_set() and (
+            self.budget is None or self.progress.total < self.budget
+        ):
+            item = rounds[number % len(rounds)]
+            seed = derive_seed(self.config.seed, self.index, self.generation, number)
+            examples = self.config.chunk
+            if self.budget is not None:
+                examples = min(examples, self.budget - self.progress.total)
+            if item == SERVING_LOOP:
+                # A machine example is a whole step sequence: fewer per round.
+                self.machine_round(seed, max(1, examples // 5))
+            else:
+                self.property_round(item, seed, examples)
+            self.progress.flush()
+            number += 1
+
+    def round_settings(self, examples: int):
+        """Settings of one round: the run's profile and database."""
+        return settings(
+            parent=self.profile,
+            database=self.database,
+            max_examples=examples,
+            report_multiple_bugs=False,
+            print_blob=True,
+            derandomize=False,
+        )
+
+    def property_round(self, prop, seed: int, examples: int) -> None:
+        failing: list = []
+        blob = FailureBlob()
+
+        def around(batch, run) -> None:
+            if self.stop.is_set() and not failing:
+                raise StopRequested
+            self.write_inflight(prop.name, seed, batch)
+            self.progress.count(prop.name, batch.labels)
+            try:
+                run()
+            except Exception as exc:
+                if is_cuda_fault(exc):
+                    self.die_of_cuda_fault(prop.name, seed, batch, exc)
+                failing[:] = [batch, exc]
+                blob.start()
+                raise
+
+        test = prop.test(
+            self.target, self.device, settings=self.round_settings(examples), seed=seed,
+            max_tokens=self.config.max_tokens, around=around,
+        )
+        self.progress.running = prop.name
+        try:
+            test()
+        except StopRequested:
+            return
+        except Exception:
+            if not failing:
+                raise  # the strategy or a health check failed: not a finding
+            batch, original = failing
+            self.send_case(
+                new_case(
+                    property=prop.name,
+                    target=self.target.spec,
+                    kind="failure",
+                    failure=failure_text(original),
+                    batch=batch,
+                    device=self.device_name,
+                    seed=seed,
+                    reproduce_blob=blob.blob,
+                )
+            )
+        finally:
+            blob.stop()
+
+    def machine_round(self, seed: int, examples: int) -> None:
+        machine = self.machine_factory(self.target, self.device)
+        worker = self
+        blob = FailureBlob()
+
+        def start_example(machine_self):
+            worker.write_inflight(SERVING_LOOP, seed)
+            worker.progress.count(SERVING_LOOP)
+            machine.__init__(machine_self)
+
+        counted = use_seed(seed)(type(machine.__name__, (machine,), {"__init__": start_example}))
+        self.progress.running = SERVING_LOOP
+        # The blob of a machine's failure: observe the whole round (its
+        # examples are few and long, so observing costs little).
+        blob.start()
+        try:
+            run_state_machine_as_test(counted, settings=self.round_settings(examples))
+        except Exception as exc:
+            if is_cuda_fault(exc):
+                self.die_of_cuda_fault(SERVING_LOOP, seed, None, exc)
+            notes = [n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n]
+            self.send_case(
+                new_case(
+                    property=SERVING_LOOP,
+                    target=self.target.spec,
+                    kind=SERVING_LOOP,
+                    failure=failure_text(exc),
+                    device=self.device_name,
+                    seed=seed,
+                    reproduce_blob=blob.blob,
+                    steps="\n".join(notes),
+                )
+            )
+        finally:
+            blob.stop()
+
+
+def worker_main(index, generation, config, channel, stop, inflight, budget, gpu) -> None:
+    """A worker process: pin, choose the device, load everything, run rounds."""
+    try:
+        if gpu is not None:
+            pin_to_gpu(gpu)
+        worker = Worker(index, generation, config, channel, stop, inflight, budget)
+        channel.put(("ready", index, None))
+        worker.loop()
+        worker.progress.flush()
+    except Exception as exc:
+        channel.put(("fatal", index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
+    else:
+        channel.put(("done", index, None))

@@ -1,0 +1,33 @@
+"""The model of one engine step: the builder's inputs as plain data
+(:class:`Batch`, assembled from requests by :func:`assemble_batch`), the
+persistent buffers, and one build of a step into them."""
+
+from .batch import (
+    MAX_BUFFER_ROWS,
+    PAGE_PRIME,
+    Batch,
+    BatchTensors,
+    BlockTable,
+    PaddingToken,
+    PermutedBlockTable,
+    StepRequest,
+    assemble_batch,
+)
+from .buffers import POISON, Buffers, BuildResult, build, oracle_build
+
+__all__ = [
+    "MAX_BUFFER_ROWS",
+    "PAGE_PRIME",
+    "POISON",
+    "Batch",
+    "BatchTensors",
+    "BlockTable",
+    "Buffers",
+    "BuildResult",
+    "PaddingToken",
+    "PermutedBlockTable",
+    "StepRequest",
+    "assemble_batch",
+    "build",
+    "oracle_build",
+]

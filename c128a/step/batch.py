@@ -1,0 +1,417 @@
+"""One engine step's input to the builder, as plain data.
+
+A :class:`Batch` holds only ints and lists of ints, so it prints readably when
+Hypothesis shrinks a failure and serialises to JSON as a regression case.
+:func:`assemble_batch` is the one way a step is put together from its
+requests; :meth:`Batch.tensors` turns it into the builder's tensors on a
+device, and :meth:`Batch.build_args` into the builder's arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Union
+
+import numpy as np
+import torch
+
+from ..contract import (
+    BLOCK_SIZE,
+    COMPRESS_RATIO,
+    MAX_CAPACITY,
+    MAX_MODEL_LEN,
+    BuildArgs,
+    check_build_arguments,
+)
+from .. import phases
+from ..failures import BadArgument, CaseError
+from . import schema
+from .buffers import Buffers
+from .schema import Int32, Int64, Range
+
+PAGE_PRIME = 1_000_003
+"""Page numbers are an affine permutation modulo this prime: unique, shuffled,
+and small enough that ``page * block_size`` fits in int32."""
+
+MAX_BUFFER_ROWS = 65_536
+"""The most rows a step's buffers may have: 8x the contract's typical
+``max_num_batched_tokens`` of 8,192."""
+
+MAX_BUFFER_ELEMENTS = 1 << 26
+"""The most elements one persistent buffer may have (256 MiB of int32: an
+8,192 x 8,192 buffer, the typical token budget at 1M context). Checked before
+a case's buffers are allocated."""
+
+MAX_TABLE_ELEMENTS = 1 << 24
+"""The most block-table entries a saved step may have."""
+
+
+@dataclass(frozen=True, eq=False)
+class PermutedBlockTable(Sequence):
+    """Block-table rows of unique, shuffled page numbers, held as the few ints
+    that describe them.
+
+    Row ``r`` holds ``pages_needed[r]`` pages ``(scale * k + offset) % prime``
+    for consecutive ``k`` (counting on from the previous row), then ``junk``
+    up to ``width`` columns. It is a sequence of row tuples like the explicit
+    form (rows materialise when indexed, and it equals the explicit table it
+    describes), but :meth:`Batch.tensors` builds it with a few array ops: a
+    1M-context step's table holds hundreds of thousands of entries, too many
+    to handle one Python int at a time on every example.
+    """
+
+    pages_needed: tuple[int, ...]
+    width: int
+    scale: int = 1
+    offset: int = 0
+    junk: int = -7
+    prime: int = PAGE_PRIME
+
+    def __post_init__(self):
+        if self.width < max(self.pages_needed, default=0):
+            raise BadArgument(
+                f"width={self.width} < the largest row need {max(self.pages_needed)}"
+            )
+
+    @functools.cached_property
+    def _first_pages(self) -> tuple[int, ...]:
+        return tuple(itertools.accumulate(self.pages_needed, initial=0))
+
+    def __len__(self) -> int:
+        return len(self.pages_needed)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
+        row = range(len(self))[index]  # IndexError and negative indices as a tuple's
+        first, need = self._first_pages[row], self.pages_needed[row]
+        pages = tuple(
+            (self.scale * k + self.offset) % self.prime for k in range(first, first + need)
+        )
+        return pages + (self.junk,) * (self.width - need)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, PermutedBlockTable):
+            if dataclasses.astuple(self) == dataclasses.astuple(other):
+                return True
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def array(self) -> np.ndarray:
+        """The rows as an int32 array [len(self), width]. Only the needed
+        entries go through the modulo, in one flat pass: the junk half of a
+        table costs a fill, not arithmetic."""
+        total = self._first_pages[-1]
+        pages = (np.arange(total, dtype=np.int64) * self.scale + self.offset) % self.prime
+        rows = np.full((len(self), self.width), self.junk, dtype=np.int32)
+        needed = np.arange(self.width) < np.asarray(self.pages_needed)[:, None]
+        rows[needed] = pages  # row-major order: row r's k run on from row r - 1's
+        return rows
+
+
+BlockTable = Union[tuple[tuple[int, ...], ...], PermutedBlockTable]
+
+Count = Annotated[int, Range(0, MAX_BUFFER_ROWS)]
+Size = Annotated[int, Range(1, 1 << 16)]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The arguments of one ``build_c128a_topk_metadata`` call, engine-shaped.
+
+    Tokens are ordered decode first, then prefill. ``block_table`` holds the
+    rows of decode requests only, explicitly or as a
+    :class:`PermutedBlockTable`; it is passed as the first ``len(row)``
+    columns of a table whose row stride is ``block_table_row_stride`` (a slice
+    of a wider table, as vLLM passes it). The prefill buffer may be
+    ``prefill_extra_columns`` wider than the decode buffer (another row
+    stride). ``slot_mapping`` may be longer than T; negative entries mark
+    CUDA-graph padding tokens.
+
+    Each field's annotation is its JSON schema (:mod:`c128a.step.schema`).
+    """
+
+    positions: tuple[Int64, ...]
+    num_decode_tokens: Count
+    token_to_req_indices: tuple[Int32, ...]
+    block_table: BlockTable
+    slot_mapping: tuple[Int64, ...]
+    max_model_len: Annotated[int, Range(1, MAX_MODEL_LEN)]
+    capacity: Annotated[int, Range(1, MAX_CAPACITY)]
+    width: Int32
+    buffer_rows: Annotated[int, Range(1, MAX_BUFFER_ROWS)]
+    block_table_row_stride: Annotated[int, Range(0, 4 * MAX_CAPACITY)] = 0  # 0: dense
+    prefill_extra_columns: Annotated[int, Range(0, MAX_CAPACITY)] = 0  # wider prefill buffer
+    compress_ratio: Size = COMPRESS_RATIO
+    block_size: Size = BLOCK_SIZE
+    table_junk: Int32 = -7  # fills the table's columns past its width
+    labels: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.positions)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return self.num_tokens - self.num_decode_tokens
+
+    @property
+    def table_width(self) -> int:
+        if isinstance(self.block_table, PermutedBlockTable):
+            return self.block_table.width if self.block_table else 0
+        return len(self.block_table[0]) if self.block_table else 0
+
+    @property
+    def max_seq_len(self) -> int:
+        """Longest sequence seen by the batch: last position + 1."""
+        return max(self.positions, default=-1) + 1
+
+    def with_width(self, width: int) -> "Batch":
+        return dataclasses.replace(self, width=width)
+
+    def validate(self) -> None:
+        """Raise :class:`~c128a.failures.BadArgument` unless this step, as the
+        builder's arguments, is inside the contract (checked on the CPU)."""
+        check_build_arguments(self.build_args(self.tensors("cpu"), Buffers.for_batch(self, "cpu")))
+
+    def check_sizes(self, path=None, where: str = "batch") -> None:
+        """Refuse, before anything is allocated, a step whose buffers or block
+        table would be larger than the suite ever builds (:class:`CaseError`)."""
+        checks = (
+            ("buffer_rows", self.buffer_rows * (self.capacity + self.prefill_extra_columns),
+             MAX_BUFFER_ELEMENTS, "buffer_rows x (capacity + prefill_extra_columns)"),
+            ("block_table",
+             len(self.block_table) * max(self.block_table_row_stride, self.table_width, 1),
+             MAX_TABLE_ELEMENTS, "rows x row stride"),
+        )
+        for name, size, limit, what in checks:
+            if size > limit:
+                raise CaseError(path, f"{where}.{name}", f"{what} = {size:,} exceeds {limit:,}")
+        for name in ("positions", "token_to_req_indices", "slot_mapping"):
+            if len(getattr(self, name)) > MAX_BUFFER_ROWS + 64:
+                raise CaseError(path, f"{where}.{name}", f"more than {MAX_BUFFER_ROWS + 64:,} entries")
+
+    # ---------------------------------------------------------------- JSON
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["block_table"] = [list(row) for row in self.block_table]
+        for name, value in data.items():
+            if isinstance(value, tuple):
+                data[name] = list(value)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, path=None, where: str = "batch") -> "Batch":
+        """A Batch from its JSON, every field checked against its annotation
+        and the sizes bounded (:class:`CaseError`), before anything is built."""
+        batch = schema.from_json(cls, data, path, where, {"block_table": _read_block_table})
+        batch.check_sizes(path, where)
+        return batch
+
+    # ---------------------------------------------------------------- tensors
+
+    @phases.measured("tensors")
+    def tensors(self, device: torch.device | str) -> "BatchTensors":
+        """The builder's tensor arguments on ``device``: int64 positions and
+        slots, int32 request indices, and the block table as the first
+        ``table_width`` columns of a table whose row stride is
+        ``block_table_row_stride``, its other columns holding ``table_junk``.
+
+        Packed on the host and moved with one host-to-device copy (a few
+        copies and kernel launches per build were most of an example's
+        device-side time); every argument is a view of that copy starting on
+        a 16-byte boundary, as slices of an engine's persistent buffers are
+        (Triton specialises on pointer alignment: views at odd offsets would
+        compile other variants as T changes)."""
+        rows = len(self.block_table)
+        width = self.table_width
+        stride = max(self.block_table_row_stride, width, 1)
+        num_tokens = len(self.positions)
+        num_requests = len(self.token_to_req_indices)
+        wide_rows = max(rows, 1)
+        # array() converts a flat sequence of Python ints in C, far faster
+        # than torch.tensor on nested tuples; it raises OverflowError for a
+        # value outside the dtype, as torch.tensor does.
+        longs = array("q", self.positions)
+        longs.extend([0] * (-num_tokens % 2))
+        slots_start = len(longs)
+        longs.extend(self.slot_mapping)
+        longs.extend([0] * (-len(longs) % 2))
+        ints = array("i", self.token_to_req_indices)
+        ints.extend([0] * (-num_requests % 4))
+        table_start = len(ints)
+        if not isinstance(self.block_table, PermutedBlockTable):
+            junk = [self.table_junk] * (stride - width)
+            for row in self.block_table:
+                ints.extend(row)
+                ints.extend(junk)
+            ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
+        packed = bytearray(longs)
+        split = len(packed)
+        packed += ints
+        if isinstance(self.block_table, PermutedBlockTable):
+            packed += _permuted_table_bytes(self.block_table, wide_rows, stride, self.table_junk)
+        on_device = torch.frombuffer(packed, dtype=torch.uint8).to(device, copy=True)
+        longs_device = on_device[:split].view(torch.int64)
+        ints_device = on_device[split:].view(torch.int32)
+        wide = ints_device[table_start:].view(wide_rows, stride)
+        return BatchTensors(
+            positions=longs_device[:num_tokens],
+            token_to_req_indices=ints_device[:num_requests],
+            block_table=wide[:rows, :width],
+            slot_mapping=longs_device[slots_start : slots_start + len(self.slot_mapping)],
+        )
+
+    def build_args(
+        self, tensors: "BatchTensors", buffers: Buffers, width: int | None = None
+    ) -> BuildArgs:
+        """The builder's arguments: this step's ``tensors`` and scalars, the
+        persistent ``buffers``, at ``width`` (the step's own by default)."""
+        return BuildArgs(
+            positions=tensors.positions,
+            compress_ratio=self.compress_ratio,
+            num_decode_tokens=self.num_decode_tokens,
+            token_to_req_indices=tensors.token_to_req_indices,
+            block_table=tensors.block_table,
+            block_size=self.block_size,
+            slot_mapping=tensors.slot_mapping,
+            global_decode_buffer=buffers.global_decode,
+            decode_lens_buffer=buffers.decode_lens,
+            prefill_buffer=buffers.prefill,
+            max_compressed_tokens=self.width if width is None else width,
+        )
+
+
+def _read_block_table(value: Any, path, where: str) -> tuple[tuple[int, ...], ...]:
+    rows = schema.read_value(tuple[tuple[Int32, ...], ...], value, path, where)
+    if len({len(row) for row in rows}) > 1:
+        raise CaseError(path, where, "rows must all have the same length")
+    return rows
+
+
+# The latest PermutedBlockTable's rows as bytes: a property builds the same
+# batch for the target and again for the oracle.
+_latest_table: list = [None, b""]  # [(table, rows, stride, junk), bytes]
+
+
+def _permuted_table_bytes(table: PermutedBlockTable, rows: int, stride: int, junk: int) -> bytes:
+    key = (table, rows, stride, junk)
+    cached_key, cached = _latest_table
+    if cached_key is None or cached_key[0] is not table or cached_key[1:] != key[1:]:
+        wide = np.full((rows, stride), junk, dtype=np.int32)
+        if len(table):
+            wide[: len(table), : table.width] = table.array()
+        cached = wide.tobytes()
+        _latest_table[:] = [key, cached]
+    return cached
+
+
+@dataclass
+class BatchTensors:
+    positions: torch.Tensor
+    token_to_req_indices: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+
+
+# ---------------------------------------------------------------- assembling a step
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """One request's tokens in a step: their positions, and their slots (the
+    positions themselves when None)."""
+
+    positions: tuple[int, ...]
+    slots: tuple[int, ...] | None = None
+
+    @classmethod
+    def last(cls, seq_len: int, query_len: int) -> "StepRequest":
+        """The last ``query_len`` positions of a sequence of ``seq_len`` tokens."""
+        return cls(tuple(range(seq_len - query_len, seq_len)))
+
+    @property
+    def seq_len(self) -> int:
+        return max(self.positions, default=-1) + 1
+
+
+@dataclass(frozen=True)
+class PaddingToken:
+    """A CUDA-graph padding token: a stale position and request, a negative slot."""
+
+    position: int
+    request: int
+    slot: int = -1
+
+
+def assemble_batch(
+    decode: Sequence[StepRequest],
+    prefill: Sequence[StepRequest] = (),
+    *,
+    block_table: BlockTable,
+    max_model_len: int,
+    capacity: int,
+    width: int,
+    buffer_rows: int,
+    tail_padding: Sequence[PaddingToken] = (),
+    padded_tokens: Mapping[int, int] | None = None,
+    extra_slots: Sequence[int] = (),
+    block_table_row_stride: int = 0,
+    prefill_extra_columns: int = 0,
+    compress_ratio: int = COMPRESS_RATIO,
+    block_size: int = BLOCK_SIZE,
+    labels: tuple[str, ...] = (),
+) -> Batch:
+    """An engine step from its requests, the one way a :class:`Batch` is put together.
+
+    Tokens are the decode requests' (request index = block-table row, in
+    order), then the prefill requests' (request indices after the decode
+    rows: prefill tokens never read the table), then ``tail_padding``. Tail
+    padding tokens are decode tokens when the step has no prefill request
+    (a decode-only step padded to a captured size), else prefill tokens.
+    ``padded_tokens`` maps real tokens to a negative slot (padding inside
+    the step); ``extra_slots`` follow the T slots (``slot_mapping`` may be
+    longer than T).
+    """
+    positions: list[int] = []
+    requests: list[int] = []
+    slots: list[int] = []
+    for index, request in enumerate([*decode, *prefill]):
+        positions += request.positions
+        requests += [index] * len(request.positions)
+        slots += request.slots if request.slots is not None else request.positions
+    num_decode = sum(len(r.positions) for r in decode)
+    for pad in tail_padding if positions else ():
+        positions.append(pad.position)
+        requests.append(pad.request)
+        slots.append(pad.slot)
+    if not prefill:
+        num_decode = len(positions)
+    for token, slot in (padded_tokens or {}).items():
+        slots[token] = slot
+    return Batch(
+        positions=tuple(positions),
+        num_decode_tokens=num_decode,
+        token_to_req_indices=tuple(requests),
+        block_table=block_table,
+        slot_mapping=tuple(slots) + tuple(extra_slots),
+        max_model_len=max_model_len,
+        capacity=capacity,
+        width=width,
+        buffer_rows=buffer_rows,
+        block_table_row_stride=block_table_row_stride,
+        prefill_extra_columns=prefill_extra_columns,
+        compress_ratio=compress_ratio,
+        block_size=block_size,
+        labels=labels,
+    )

@@ -1,0 +1,128 @@
+"""The contract's historical failures as concrete engine steps, for ``@example``."""
+
+from __future__ import annotations
+
+from ..contract import COMPRESS_RATIO, policy
+from ..failures import call_target
+from ..step import Batch, PaddingToken, StepRequest, assemble_batch
+from .engine import pages_for
+
+
+def engine_batch(
+    decode: list[tuple[int, int]] = (),
+    prefill: list[tuple[int, int]] = (),
+    *,
+    max_model_len: int = 81_920,
+    tail_padding: int = 0,
+    inside_padding: tuple[int, ...] = (),
+    table_row_stride: int = 0,
+    buffer_rows: int | None = None,
+    prefill_extra_columns: int = 0,
+    width: int | None = None,
+    target=None,
+    labels: tuple[str, ...] = (),
+) -> Batch:
+    """A concrete engine step, for ``@example`` and regression cases.
+
+    ``decode`` and ``prefill`` list requests as ``(seq_len, query_len)``;
+    tokens are each request's last ``query_len`` positions, decode first.
+    Tail padding tokens repeat the last real token's position and request
+    with slot -1 (decode tokens when there is no prefill); ``inside_padding``
+    gives real tokens slot -1. The prefill buffer is ``prefill_extra_columns``
+    wider than the decode buffer. Page numbers are unique and in reverse order,
+    one spare junk column per row. The capacity and width come from
+    ``target``'s policy (the project's when None) unless ``width`` is given.
+    """
+    capacity_width = policy.capacity_width if target is None else target.capacity_width
+    active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
+    capacity = call_target(
+        "target_raised", "capacity_width", capacity_width, max_model_len, COMPRESS_RATIO
+    )
+    requests = [StepRequest.last(s, q) for s, q in [*decode, *prefill]]
+    if width is None:
+        max_seq_len = max((s for s, _ in [*decode, *prefill]), default=0)
+        width = call_target(
+            "target_raised", "active_topk_width", active_topk_width, max_seq_len,
+            COMPRESS_RATIO, capacity,
+        )
+    real = sum(q for _, q in [*decode, *prefill])
+    last = (requests[-1].positions[-1], len(requests) - 1) if requests else (0, 0)
+    padding = [PaddingToken(*last)] * tail_padding
+    needs = [pages_for(s) for s, _ in decode]
+    total, first = sum(needs), 0
+    columns = max(needs, default=0) + 1
+    table = []
+    for need in needs:
+        table.append(tuple(total - 1 - (first + c) for c in range(need)) + (-7,) * (columns - need))
+        first += need
+    return assemble_batch(
+        requests[: len(decode)],
+        requests[len(decode):],
+        block_table=tuple(table),
+        max_model_len=max_model_len,
+        capacity=capacity,
+        width=width,
+        buffer_rows=buffer_rows if buffer_rows is not None else max(real + tail_padding + 3, 1),
+        tail_padding=padding,
+        padded_tokens={t: -1 for t in inside_padding},
+        block_table_row_stride=table_row_stride,
+        prefill_extra_columns=prefill_extra_columns,
+        labels=labels,
+    )
+
+
+def _historical_batches() -> dict[str, Batch]:
+    one_m = 1_048_576
+    return {
+        # vLLM's own test: 2 decode + 2 prefill tokens, W = 256 < C.
+        "upstream_two_decode_two_prefill": engine_batch(
+            [(300 * 128, 1), (200 * 128, 1)], [(100, 1), (250 * 128 + 5, 1)], max_model_len=one_m
+        ),
+        # ... and the same batch rebuilt at W = 128, narrower than it needs:
+        # n(t) = min(floor((p + 1) / R), W) clamps.
+        "upstream_rebuilt_at_128": engine_batch(
+            [(300 * 128, 1), (200 * 128, 1)],
+            [(100, 1), (250 * 128 + 5, 1)],
+            max_model_len=one_m,
+            width=128,
+        ),
+        # Block index > 0 with block size 2, two decode requests on their own pages.
+        "block_index_past_zero": engine_batch(
+            [(7 * 128, 2), (9 * 128 + 1, 1)], [(5 * 128, 3)], table_row_stride=11
+        ),
+        # n(t) past 1,024 columns: a 1,024-column tile boundary is crossed.
+        "crosses_1024_columns": engine_batch(
+            [(1_030 * 128, 1)], [(1_100 * 128, 2)], max_model_len=one_m
+        ),
+        # (p + 1) % 128 in {0, 1}: one entry appears between consecutive tokens.
+        "entry_boundaries": engine_batch([(128, 2), (257, 3)], [(129, 3), (384, 2)]),
+        # max_seq_len // 128 at and just past a power of two: W jumps 128 -> 256.
+        "width_jump_at_power_of_two": engine_batch(
+            [(128 * 128, 1), (129 * 128, 1)], [(256 * 128 + 127, 1)], max_model_len=200_000
+        ),
+        # Capacity 8,192 at 1M context, a sequence of exactly max_model_len.
+        "capacity_8192_at_1m": engine_batch([(one_m, 1)], [(one_m, 2)], max_model_len=one_m),
+        # Capacity 640 (81,920 tokens): W = C, not a power of two.
+        "capacity_640": engine_batch(
+            [(81_920, 2), (81_919, 1)], [(81_920, 1)], max_model_len=81_920
+        ),
+        # Speculative decoding: 8 query tokens of one decode request.
+        "speculative_decode_8_tokens": engine_batch([(3 * 128 + 7, 8), (2 * 128, 1)], [(600, 2)]),
+        # CUDA-graph padding at the tail of a decode-only step and inside.
+        "padding_tail_and_inside": engine_batch(
+            [(5 * 128, 1), (4 * 128 + 1, 2)], tail_padding=3, inside_padding=(1,)
+        ),
+        "padding_tail_after_prefill": engine_batch([(300, 1)], [(700, 2)], tail_padding=2),
+        # A prefill buffer wider than the decode buffer: the two row strides
+        # differ, so rows written at the other buffer's stride land wrong.
+        "prefill_buffer_wider": engine_batch(
+            [(600, 1)], [(5 * 128, 3)], prefill_extra_columns=128
+        ),
+        "no_tokens": engine_batch(),
+        "no_decode": engine_batch(prefill=[(600, 4), (128, 1)]),
+        "no_prefill": engine_batch([(600, 1), (1_000, 3)]),
+    }
+
+
+HISTORICAL_BATCHES: dict[str, Batch] = _historical_batches()
+"""The contract's historical failures as concrete batches (project policy)."""

@@ -1,0 +1,59 @@
+"""A target: the implementation under test, and what it declares about itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..contract import BUILD_FUNCTION, policy
+from ..failures import TargetSpecError
+
+OPTIONAL_POLICY = ("active_topk_width", "capacity_width")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The builder under test, its width policy (the project's where it brings
+    none), and its declarations: ``validates_input`` (bad input raises
+    ``ValueError``), ``full_width_decode_views`` (decode views at W = C,
+    contiguous)."""
+
+    spec: str
+    build_c128a_topk_metadata: Callable
+    active_topk_width: Callable[..., int] = policy.active_topk_width
+    capacity_width: Callable[[int, int], int] = policy.capacity_width
+    validates_input: bool = True
+    full_width_decode_views: bool = False
+    uses_project_policy: bool = True
+
+    def __str__(self) -> str:
+        return self.spec
+
+    @classmethod
+    def from_object(cls, spec: str, obj, **overrides) -> "Target":
+        """The target ``obj`` describes (a module, a class instance, a
+        namespace): its ``build_c128a_topk_metadata`` and the optional
+        attributes; ``overrides`` replace what ``obj`` declares. The one
+        constructor every loader uses."""
+        build = getattr(obj, BUILD_FUNCTION, None)
+        if build is None:
+            raise TargetSpecError(f"target {spec!r} ({obj!r}) has no attribute {BUILD_FUNCTION!r}")
+        if not callable(build):
+            raise TargetSpecError(f"target {spec!r}: {BUILD_FUNCTION} is not callable ({build!r})")
+        own_policy = {}
+        for name in OPTIONAL_POLICY:
+            value = getattr(obj, name, None)
+            if value is not None and not callable(value):
+                raise TargetSpecError(f"target {spec!r}: {name} is not callable ({value!r})")
+            if value is not None:
+                own_policy[name] = value
+        values = dict(
+            spec=spec,
+            build_c128a_topk_metadata=build,
+            validates_input=bool(getattr(obj, "validates_input", True)),
+            full_width_decode_views=bool(getattr(obj, "full_width_decode_views", False)),
+            uses_project_policy=not own_policy,
+            **own_policy,
+        )
+        values.update(overrides)
+        return cls(**values)
