@@ -70,6 +70,7 @@ class Property:
         seed: int | None = None,
         max_tokens: int | None = None,
         around: Around | None = None,
+        examples: bool = True,
     ) -> Callable[[], None]:
         """This property on ``target`` as a Hypothesis test: call it to run it.
 
@@ -77,8 +78,10 @@ class Property:
         profile's; ``seed`` fixes the random choices (reproducible from it
         alone). ``around(batch, run)`` wraps every example: it must call
         ``run()`` (the check) and may do what a runner needs before and after.
-        The test's database key is the property's name, so every run, worker
-        and machine sharing a database replays the failures of that property.
+        ``examples=False`` leaves out the historical steps (a replay pinned to
+        one recorded example). The test's database key is the property's
+        name, so every run, worker and machine sharing a database replays the
+        failures of that property.
         """
         check, strategy = self.check, self.strategy(target, max_tokens)
 
@@ -92,7 +95,7 @@ class Property:
         run_property.__qualname__ = run_property.__name__ = f"c128a_{self.name}"
         run_property._hypothesis_internal_add_digest = f"c128a:{self.name}".encode()
         test = given(batch=strategy)(run_property)
-        for batch in reversed(self.examples):
+        for batch in reversed(self.examples if examples else ()):
             test = example(batch=batch)(test)
         if seed is not None:
             test = use_seed(seed)(test)  # before settings: @seed alone drops the database
