@@ -116,7 +116,7 @@ def _malformed(tmp_path: Path, edit) -> Path:
         (lambda d: d.update(format="c128a-case/0"), "format"),
         (lambda d: d.pop("property"), "property"),
         (lambda d: d.update(kind="boom"), "kind"),
-        (lambda d: d.update(batch=None), "batch"),
+        (lambda d: d.update(batch=None, reproduce_blob=None), "batch"),
         (lambda d: d["batch"].pop("positions"), "batch.positions"),
         (lambda d: d["batch"].update(positions=[1, "2"]), "batch.positions[1]"),
         (lambda d: d["batch"].update(width=128.0), "batch.width"),
@@ -160,10 +160,15 @@ def test_replay_of_an_unknown_property_names_the_field():
 def test_replay_command_exit_status_and_output(tmp_path, capsys, c128a_device):
     path, _ = cases.write_case(make_case(), tmp_path)
 
-    assert cli.main(["replay", str(path), "--device", c128a_device.type, "--properties", PROPERTIES_SPEC]) == 1
+    # The case names a test module: replay imports it only when asked to.
+    assert cli.main(["replay", str(path), "--device", c128a_device.type, "--properties", PROPERTIES_SPEC]) == 2
+    assert "would import module 'test_cases'" in capsys.readouterr().err
+
+    assert cli.main(["replay", str(path), "--device", c128a_device.type, "--target", MUTANT_SPEC,
+                     "--properties", PROPERTIES_SPEC]) == 1
     out = capsys.readouterr().out
     assert "STILL FAILS" in out and "expected 7, actual 8" in out
-    assert f"target:   {MUTANT_SPEC} (from the case)" in out
+    assert f"target:   {MUTANT_SPEC} (from --target)" in out
 
     assert cli.main(["replay", str(path), "--device", c128a_device.type, "--target", "reference",
                      "--properties", PROPERTIES_SPEC]) == 0

@@ -314,12 +314,12 @@ def test_unknown_target_aborts_with_the_reason(tmp_path):
 
 def test_config_file_fills_in_what_the_command_line_leaves_out(tmp_path):
     config = tmp_path / "nightly.toml"
-    config.write_text('[fuzz]\nminutes = 480\nworkers = 3\ndb = "redis://h:1/0"\nseed = 7\n')
+    config.write_text('[fuzz]\nminutes = 480\nworkers = 3\ndb = "nightly-db"\nseed = 7\n')
     parser = argparse.ArgumentParser()
     configure_parser(parser)
     options = options_from_args(parser.parse_args(["--config", str(config), "--seed", "9"]))
     assert options.minutes == 480 and options.workers == 3
-    assert options.db == "redis://h:1/0"
+    assert options.db == "nightly-db"
     assert options.seed == 9  # the command line wins
     resolved = fuzz.resolve(options, target="reference", device="cpu")
     assert resolved.cases_dir == "tests/regressions" and resolved.minutes == 480

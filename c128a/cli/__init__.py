@@ -44,7 +44,3 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"c128a {args.command}: the suite itself failed: {exc}", file=sys.stderr)
     return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

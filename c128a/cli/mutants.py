@@ -80,9 +80,14 @@ def run(args: argparse.Namespace) -> int:
         expect_pass += (args.target,)  # --target names one more correct target
     specs = list(args.spec or ([] if args.mutants_from else default_mutant_specs()))
     specs = [s for s in expect_pass if s not in specs] + specs
-    # Every target is loaded before any row runs: a bad spec is a usage error now.
-    targets = [load(spec, "--spec" if spec in (args.spec or ()) else "--expect-pass")[0]
-               for spec in specs]
+    # Every target is loaded before any row runs: a bad spec is a usage error now,
+    # naming the option that gave it.
+    def option(spec: str) -> str:
+        if spec in (args.spec or ()):
+            return "--spec"
+        return "--target" if spec == args.target else "--expect-pass"
+
+    targets = [load(spec, option(spec))[0] for spec in specs]
     for source in args.mutants_from or ():
         targets += targets_from_mapping(source, import_object(source, "--mutants-from"))
     matrix = kill_matrix(targets, torch.device(device), properties, args.max_examples)

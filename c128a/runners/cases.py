@@ -7,10 +7,17 @@ reproduce blob, versions and the failure message for the reader. JSON only,
 never pickle: a case is read by people and checked into ``tests/regressions``.
 Its schema is the :class:`Case` dataclass itself (:mod:`c128a.step.schema`).
 
-Kinds: ``failure`` (a property's check raised; the shrunk example),
-``crash`` and ``hang`` (the input a fuzz worker was running when it died or
-stopped answering), ``serving_loop`` (a failure of the stateful serving-loop
-machine: its step list and reproduce blob, no concrete batch).
+Kinds: ``failure`` (a property's check raised; the shrunk example, or the
+first failing one when shrinking was cut short), ``crash`` and ``hang`` (the
+input a fuzz worker was running when it died or stopped answering),
+``serving_loop`` (a failure of the stateful serving-loop machine: its step
+list and reproduce blob, no concrete batch). A case whose inputs break the
+contract's preconditions (the target's own policy chose them) says so in
+``outside_contract``; any other case must hold inputs inside the contract.
+
+A case replays from its concrete inputs, else from its reproduce blob (the
+Hypothesis version that wrote it), else, for a serving-loop round, from its
+seed; a case that has none of these cannot be replayed.
 """
 
 from __future__ import annotations
@@ -28,17 +35,19 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from hypothesis import __version__ as HYPOTHESIS_VERSION
-from hypothesis import reproduce_failure, settings
+from hypothesis import reproduce_failure, seed, settings
 from hypothesis.errors import DidNotReproduce
+from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
-from ..failures import BadArgument, CaseError, failure_text, is_kill
+from ..checks.profiles import register_profiles
+from ..failures import BadArgument, CaseError, ContractViolation, call_target, failure_text, is_kill
 from ..step import Batch
-from ..step.schema import from_json
+from ..step.schema import INT32, Range, from_json
 from ..targets import import_object
 
 CASE_FORMAT = "c128a-case/1"
@@ -75,6 +84,10 @@ class Case:
     seed: int | None = None
     reproduce_blob: str | None = None
     steps: str | None = None
+    outside_contract: str | None = None  # why the inputs break the contract's preconditions
+    # A serving-loop round's size: replayable from its seed.
+    round_examples: Annotated[int, Range(1, INT32.high)] | None = None
+    profile: str | None = None  # the Hypothesis profile the round ran under
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     created: str = ""
     path: Path | None = dataclasses.field(default=None, compare=False, metadata={"json": False})
@@ -103,22 +116,32 @@ class Case:
                 raise CaseError(path, name, "must be a non-empty string")
         if case.kind not in KINDS:
             raise CaseError(path, "kind", f"must be one of {', '.join(KINDS)}, got {case.kind!r}")
-        if case.kind == "failure" and case.batch is None:
-            raise CaseError(path, "batch", "missing: a failure case needs its concrete inputs")
+        if case.batch is not None and case.outside_contract is None:
+            reason = contract_breach(case.batch)
+            if reason is not None:
+                raise CaseError(path, "batch", f"outside the contract: {reason}")
+        if case.kind == "failure" and case.batch is None and not case.reproduce_blob:
+            raise CaseError(
+                path, "batch", "missing: a failure case needs its concrete inputs or its "
+                "reproduce_blob"
+            )
         if case.kind == SERVING_LOOP and not (case.reproduce_blob or case.steps):
             raise CaseError(path, "steps", "a serving_loop case needs its steps or reproduce_blob")
         return dataclasses.replace(case, path=Path(path) if path is not None else None)
 
 
 def _read_batch(value: Any, path, where: str) -> Batch | None:
-    if value is None:
-        return None
-    batch = Batch.from_json(value, path, where)
+    return None if value is None else Batch.from_json(value, path, where)
+
+
+def contract_breach(batch: Batch) -> str | None:
+    """Why ``batch``, as the builder's arguments, breaks the contract's
+    preconditions; None when it is inside the contract."""
     try:
         batch.validate()
     except BadArgument as exc:
-        raise CaseError(path, where, f"outside the contract: {exc}") from exc
-    return batch
+        return str(exc)
+    return None
 
 
 def new_case(*, property: str, target: str, kind: str, failure: str, **fields) -> Case:
@@ -137,12 +160,20 @@ def new_case(*, property: str, target: str, kind: str, failure: str, **fields) -
 
 
 def case_identity(case: Case) -> str:
-    """A short hash of what makes the failure: property and inputs (not the message)."""
+    """A short hash of what makes the failure: property and inputs (not the
+    message). Without concrete inputs: a serving-loop failure's steps; a
+    crashed or hung round's target, seed and size (every such crash is its
+    own case); a failure drawn from the target's policy, its target and blob."""
     if case.batch is not None:
         inputs: Any = case.batch.to_json()
         inputs.pop("labels", None)  # labels describe the batch; they are not inputs
+    elif case.kind == SERVING_LOOP and case.steps:
+        inputs = {"kind": case.kind, "target": case.target, "steps": case.steps}
+    elif case.kind in ("crash", "hang"):
+        inputs = {"kind": case.kind, "target": case.target, "seed": case.seed,
+                  "round_examples": case.round_examples, "steps": case.steps}
     else:
-        inputs = {"steps": case.steps, "blob": case.reproduce_blob, "kind": case.kind}
+        inputs = {"kind": case.kind, "target": case.target, "blob": case.reproduce_blob}
     text = json.dumps([case.property, inputs], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -160,42 +191,85 @@ def readable_json(data: Any, indent: str = "") -> str:
     return json.dumps(data)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write ``data`` so that a reader (or a crash) never sees half a file."""
-    path = Path(path)
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _written_temporary(path: Path, data: Any) -> Path:
+    """``data`` as readable JSON in a temporary file beside ``path``, with the
+    mode a new file gets (0666 under the umask, not mkstemp's 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
             out.write(readable_json(data))
             out.write("\n")
-        os.replace(temporary, path)
+        os.chmod(temporary, 0o666 & ~_umask())
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
+        raise
+    return Path(temporary)
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write ``data`` so that a reader (or a crash) never sees half a file."""
+    path = Path(path)
+    temporary = _written_temporary(path, data)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
         raise
 
 
 def write_case(case: Case, cases_dir: Path | str) -> tuple[Path, bool]:
-    """Save ``case`` in ``cases_dir``: (path, True) or, when the same failure
-    is already saved there, (its path, False) and nothing is written."""
+    """Save ``case`` in ``cases_dir``: (path, True), or (its path, False) when
+    the same failure is already saved there. The file is linked into place
+    from a complete temporary file, so of several runs sharing ``cases_dir``
+    exactly one claims it new, and no reader sees half a file."""
     path = Path(cases_dir) / case_filename(case)
     if path.exists():
         return path, False
-    atomic_write_json(path, case.to_json())
+    temporary = _written_temporary(path, case.to_json())
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        return path, False
+    finally:
+        temporary.unlink(missing_ok=True)
     return path, True
 
 
+MAX_CASE_BYTES = 64 << 20
+"""The largest case file read (a 1M-context step's table is a few MB)."""
+
+
 def load_case(path: Path | str) -> Case:
-    """Read and validate one case file."""
+    """Read and validate one case file; anything wrong with it is a
+    :class:`~c128a.failures.CaseError` naming the file, the field and the rule."""
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CASE_BYTES + 1)
     except OSError as exc:
         raise CaseError(path, "<file>", f"cannot read: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_CASE_BYTES:
+        raise CaseError(path, "<file>", f"larger than {MAX_CASE_BYTES:,} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CaseError(path, "<file>", f"not UTF-8 text: {exc}") from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CaseError(path, "<file>", f"not JSON: {exc}") from exc
-    return Case.from_json(data, path)
+    except RecursionError:
+        raise CaseError(path, "<file>", "JSON nested too deeply") from None
+    try:
+        return Case.from_json(data, path)
+    except RecursionError:
+        raise CaseError(path, "<file>", "JSON nested too deeply") from None
 
 
 def case_files(cases_dir: Path | str) -> list[Path]:
@@ -252,47 +326,135 @@ def describe_batch(batch: Batch) -> str:
     )
 
 
-def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
-    """Rerun a serving-loop failure from its reproduce blob."""
-    installed = HYPOTHESIS_VERSION
-    recorded = case.versions.get("hypothesis")
+def _blob_problem(case: Case) -> str | None:
+    """Why the case's reproduce blob cannot drive this installation's Hypothesis."""
     if not case.reproduce_blob:
-        return Outcome(CANNOT_REPLAY, "the case has no reproduce_blob; steps were:\n"
-                       f"{case.steps}")
-    if recorded and recorded != installed:
-        return Outcome(
-            CANNOT_REPLAY,
-            f"the blob is from hypothesis {recorded}, installed is {installed}; "
-            f"the recorded steps were:\n{case.steps}",
-        )
-    machine = machine_factory(target, device)
-    pinned = type(machine.__name__, (machine,), {})
-    reproduce_failure(installed, case.reproduce_blob.encode())(pinned)
+        return "it has no reproduce_blob"
+    recorded = case.versions.get("hypothesis")
+    if recorded and recorded != HYPOTHESIS_VERSION:
+        return f"its blob is from hypothesis {recorded}, installed is {HYPOTHESIS_VERSION}"
+    if not case.reproduce_blob.isascii():
+        return "its reproduce_blob is not base64 text"
+    return None
+
+
+def _bad_blob(exc: BaseException | None) -> Outcome | None:
+    """A blob Hypothesis refuses (not base64, or not this test's choices)."""
+    if isinstance(exc, HypothesisInvalidArgument):
+        return Outcome(CANNOT_REPLAY, f"the reproduce_blob cannot drive this test: {exc}")
+    return None
+
+
+def _run_pinned(run, case: Case) -> tuple[BaseException | None, str]:
+    """Run a test pinned to a reproduce blob: (what it raised, what it printed);
+    DidNotReproduce (the failure is gone) comes back as None."""
     printed = io.StringIO()  # Hypothesis prints the steps as it replays them
     try:
         with contextlib.redirect_stdout(printed):
-            run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None))
+            run()
     except DidNotReproduce:
-        pass
+        return None, printed.getvalue()
     except Exception as exc:  # noqa: BLE001 - any error is the failure being replayed
+        return exc, printed.getvalue()
+    return None, printed.getvalue()
+
+
+def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
+    """Rerun a serving-loop failure from its reproduce blob, or a crashed or
+    hung round from its seed."""
+    problem = _blob_problem(case)
+    if problem is not None:
+        if case.kind in ("crash", "hang") and case.seed is not None and case.round_examples:
+            return replay_round(case, target, device, machine_factory)
+        steps = case.steps or "(none recorded)"
+        return Outcome(CANNOT_REPLAY, f"{problem}; the recorded steps were:\n{steps}")
+    machine = machine_factory(target, device)
+    pinned = type(machine.__name__, (machine,), {})
+    reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
+    exc, printed = _run_pinned(
+        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None)),
+        case,
+    )
+    if _bad_blob(exc):
+        return _bad_blob(exc)
+    if exc is not None:
         steps = "\n".join(n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n)
-        return _verdict_of(exc, f"{failure_text(exc)}\n{steps or printed.getvalue()}".rstrip())
-    replayed, recorded_calls = step_calls(printed.getvalue()), step_calls(case.steps)
+        return _verdict_of(exc, f"{failure_text(exc)}\n{steps or printed}".rstrip())
+    replayed, recorded_calls = step_calls(printed), step_calls(case.steps)
     if recorded_calls and replayed != recorded_calls:
         # The blob encodes choices, not steps: after a change to the machine it
         # may drive different steps, and a pass would prove nothing.
         return Outcome(
             CANNOT_REPLAY,
             "the blob now drives different steps (the machine changed); "
-            f"recorded:\n{case.steps}\nreplayed:\n{printed.getvalue()}",
+            f"recorded:\n{case.steps}\nreplayed:\n{printed}",
         )
     return Outcome(PASSES, "the recorded step sequence no longer fails")
+
+
+def replay_round(case: Case, target, device, machine_factory) -> Outcome:
+    """Rerun the serving-loop round a worker crashed or hung in: the same
+    seed and size, no database (a run whose database held failures replayed
+    those first, so this is the round's generated part)."""
+    profile = case.profile or "fuzz"
+    register_profiles()
+    machine = seed(case.seed)(type("ServingLoopRound", (machine_factory(target, device),), {}))
+    round_settings = settings(
+        parent=settings.get_profile(profile), database=None, max_examples=case.round_examples,
+        report_multiple_bugs=False, derandomize=False,
+    )
+    try:
+        run_state_machine_as_test(machine, settings=round_settings)
+    except Exception as exc:  # noqa: BLE001 - any error is the failure being replayed
+        return _verdict_of(exc, failure_text(exc))
+    return Outcome(PASSES, f"the round of seed {case.seed} ({case.round_examples} examples) "
+                   "now runs to its end")
+
+
+def replay_from_blob(case: Case, prop, target, device) -> Outcome:
+    """Rerun a property failure that has no concrete inputs (the target's
+    policy raised while the step was drawn) from its reproduce blob."""
+    problem = _blob_problem(case)
+    if problem is not None:
+        return Outcome(CANNOT_REPLAY, f"this {case.kind} case has no concrete inputs and {problem}")
+    test = prop.test(target, device, settings=settings(database=None, deadline=None),
+                     examples=False)
+    reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(test)
+    exc, _ = _run_pinned(test, case)
+    if _bad_blob(exc):
+        return _bad_blob(exc)
+    if exc is not None:
+        return _verdict_of(exc, failure_text(exc))
+    return Outcome(PASSES, "the recorded example no longer fails")
+
+
+def _as_the_target_chooses(batch: Batch, target) -> tuple[Batch, Outcome | None]:
+    """An outside-contract case's inputs came from its target's own width
+    policy (an unaligned width, say). Replayed on ``target``, the step takes
+    the widths ``target``'s policy chooses for it: a target that still
+    chooses widths outside the contract still fails; one that now chooses
+    valid widths is checked at them."""
+    try:
+        capacity = call_target("target_raised", "capacity_width", target.capacity_width,
+                               batch.max_model_len, batch.compress_ratio)
+        width = call_target("target_raised", "active_topk_width", target.active_topk_width,
+                            batch.max_seq_len, batch.compress_ratio, capacity)
+    except ContractViolation as exc:
+        return batch, Outcome(FAILS, failure_text(exc))
+    chosen = dataclasses.replace(batch, capacity=capacity, width=width)
+    breach = contract_breach(chosen) if chosen != batch else None
+    if breach is not None:
+        return batch, Outcome(
+            FAILS, f"the target's policy chooses capacity {capacity}, width {width} for this "
+            f"step, outside the contract: {breach}"
+        )
+    return chosen, None
 
 
 def replay_case(case: Case, target, device, *, properties=None, machine_factory=None) -> Outcome:
     """Run the case's check on ``target``: passes, or the failure's readable diff."""
     device = torch.device(device)
-    if case.kind == SERVING_LOOP:
+    if case.property == SERVING_LOOP:
         if machine_factory is None:
             machine_factory = import_object(DEFAULT_MACHINE)
         return replay_machine(case, target, device, machine_factory)
@@ -303,12 +465,18 @@ def replay_case(case: Case, target, device, *, properties=None, machine_factory=
         raise CaseError(
             case.path,
             "property",
-            f"{case.property!r} is not a known property (known: {', '.join(sorted(properties))})",
+            f"{case.property!r} is not a known property (known: "
+            f"{', '.join(sorted([*properties, SERVING_LOOP]))})",
         )
     if case.batch is None:
-        return Outcome(CANNOT_REPLAY, f"this {case.kind} case has no concrete inputs")
+        return replay_from_blob(case, prop, target, device)
+    batch = case.batch
+    if case.outside_contract is not None:
+        batch, verdict = _as_the_target_chooses(batch, target)
+        if verdict is not None:
+            return verdict
     try:
-        prop.replay(target, case.batch, device)
+        prop.replay(target, batch, device)
     except Exception as exc:  # noqa: BLE001 - any error is the failure being replayed
         return _verdict_of(exc, failure_text(exc))
     return Outcome(PASSES, "the check passes")

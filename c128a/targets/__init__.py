@@ -3,6 +3,7 @@ and the device its kernels run on."""
 
 from .device import DEVICE_ENV, default_device, interpreter_on, use_device
 from .specs import (
+    BUILTIN_TARGETS,
     DEFAULT_TARGET,
     TARGET_ENV,
     import_object,
@@ -13,6 +14,7 @@ from .specs import (
 from .target import Target
 
 __all__ = [
+    "BUILTIN_TARGETS",
     "DEFAULT_TARGET",
     "DEVICE_ENV",
     "TARGET_ENV",

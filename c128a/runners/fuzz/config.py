@@ -8,14 +8,17 @@ import hashlib
 import math
 import os
 import random
+import tempfile
 import tomllib
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from ...checks.profiles import PROFILES
 from ...failures import CaseError, UsageError
 from ...step.schema import read_value, type_hints
-from ..cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
+from ...targets import import_object
+from ..cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES, SERVING_LOOP
 from ..gpus import visible_gpu_count
 
 DEFAULT_DB = ".hypothesis/fuzz"
@@ -95,9 +98,20 @@ def load_config_file(path: str) -> FuzzOptions:
             data = tomllib.load(handle)
     except OSError as exc:
         raise UsageError(f"--config {path}: cannot read: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"--config {path}: not TOML: {exc}") from exc
+    others = sorted(set(data) - {CONFIG_TABLE})
+    if others:
+        raise UsageError(
+            f"--config {path}: unknown {', '.join(others)} at the top level; the only table "
+            f"read is [{CONFIG_TABLE}]"
+        )
     table = data.get(CONFIG_TABLE, {})
+    if not isinstance(table, dict):
+        raise UsageError(
+            f"--config {path}: {CONFIG_TABLE} = {table!r} must be a table: write [{CONFIG_TABLE}] "
+            "and the options under it"
+        )
     known = {f.name: f for f in fields(FuzzOptions)}
     values: dict[str, Any] = {}
     for key, value in table.items():
@@ -152,6 +166,18 @@ def resolve(options: FuzzOptions, *, target: str, device: str) -> FuzzConfig:
         value = getattr(options, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')}={value} must be >= 1")
+    properties = options.properties or DEFAULT_PROPERTIES
+    known = import_object(properties, "--properties")
+    if not isinstance(known, dict):
+        raise UsageError(f"--properties {properties} is a {type(known).__name__}, not a dict")
+    unknown = sorted(set(options.only or ()) - set(known) - {SERVING_LOOP})
+    if unknown:
+        raise UsageError(
+            f"--only names unknown properties {', '.join(unknown)}; known: "
+            f"{', '.join([*known, SERVING_LOOP])}"
+        )
+    if options.machine:
+        import_object(options.machine, "--machine")
     profile = options.profile or "fuzz"
     if profile not in PROFILES:
         raise UsageError(
@@ -181,3 +207,40 @@ def resolve(options: FuzzOptions, *, target: str, device: str) -> FuzzConfig:
     return dataclasses.replace(
         config, example_timeout=float(config.example_timeout), machine=config.machine or None
     )
+
+
+def _writable_folder(path: Path, option: str) -> None:
+    """Create ``path`` if needed and write a file in it, or a UsageError naming ``option``."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".c128a-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{option} {path} is not writable: {exc.strerror or exc}") from exc
+
+
+def check_paths(config: FuzzConfig) -> None:
+    """Every path of the run checked before any worker starts, each failure a
+    :class:`~c128a.failures.UsageError` naming its option: the cases folder,
+    the report's folder, and the example database (a folder that can be
+    written, or a Redis that answers)."""
+    _writable_folder(Path(config.cases_dir), "--cases-dir")
+    if config.report:
+        report = Path(config.report)
+        if report.is_dir():
+            raise UsageError(f"--report {report} is a folder; name a file")
+        _writable_folder(report.parent, f"--report {report}: its folder")
+    db = config.db
+    if not db or db == "none":
+        return
+    if db.startswith("redis://"):
+        import redis  # an optional dependency: checked by resolve()
+
+        try:
+            redis.Redis.from_url(db, socket_connect_timeout=3, socket_timeout=3).ping()
+        except (redis.RedisError, OSError, ValueError) as exc:
+            raise UsageError(f"--db {db} does not answer: {exc}") from exc
+        return
+    _writable_folder(Path(db), "--db")

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import queue as queue_module
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,15 +29,26 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError
 from ...step import Batch
-from ..cases import Case, atomic_write_json, case_filename, new_case, versions, write_case
+from ..cases import (
+    Case,
+    atomic_write_json,
+    case_filename,
+    contract_breach,
+    new_case,
+    versions,
+    write_case,
+)
 from ..gpus import gpu_for_worker
-from .config import FuzzConfig
+from .config import FuzzConfig, check_paths
 from .worker import CUDA_FAULT_EXIT, worker_main
 
 REPORT_FORMAT = "c128a-fuzz-report/1"
 POLL_INTERVAL_S = 0.1
 STARTUP_TIMEOUT_S = 600.0
+STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
+SIGNAL_GRACE_S = 5.0  # after SIGINT or SIGTERM: the run must end promptly
 
 
 @dataclass
@@ -69,7 +82,15 @@ class _Slot:
 
 
 class Supervisor:
-    """Spawns, watches and restarts workers; collects progress and cases."""
+    """Spawns, watches and restarts workers; collects progress and cases.
+
+    A stop (the deadline, ``--exitfirst``, SIGINT or SIGTERM) asks the workers
+    to end after their example and waits a grace period, then kills the ones
+    still running. Nothing found is lost on the way: a worker reports its
+    first failing example before it starts shrinking, and that case is saved
+    at once (the shrunk one replaces it when it comes); a worker's in-flight
+    input is kept as a crash or hang case when it dies or stops answering.
+    """
 
     def __init__(self, config: FuzzConfig, console=None):
         self.config = config
@@ -83,11 +104,16 @@ class Supervisor:
         self.per_property: Counter[str] = Counter()
         self.cases: list[dict[str, Any]] = []
         self.seen_failures: set[str] = set()
+        # worker -> (file name, report entry) of its unshrunk case
+        self.pending: dict[int, tuple[str, dict[str, Any] | None]] = {}
+        self.errors: list[str] = []  # faults of the suite itself, reported by workers
         self.fatal: str | None = None
+        self.interrupted: int | None = None  # the signal that stopped the run
         self.started = time.monotonic()
         self.started_wall = time.time()
         self.deadline = self.started + config.minutes * 60 if config.minutes else None
         self.stopping_since: float | None = None
+        self.grace = max(STOP_GRACE_S, config.example_timeout)
         shares = None
         if config.max_examples is not None:
             shares = [
@@ -120,11 +146,19 @@ class Supervisor:
         slot.process = self.context.Process(
             target=worker_main,
             args=(index, slot.generation, self.config, slot.channel, self.stop,
-                  str(self.inflight_path(index)), budget, gpu),
+                  str(self.inflight_path(index)), budget, gpu, os.getpid()),
             name=f"c128a-fuzz-{index}",
             daemon=True,
         )
-        slot.process.start()
+        # The worker starts with SIGINT and SIGTERM blocked (it inherits the
+        # mask) and sets its own handling before unblocking them: a Ctrl-C to
+        # the process group during its start-up is no traceback. Here they are
+        # only held for the moment of the spawn, then delivered.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            slot.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         slot.spawned = slot.activity = time.monotonic()
         slot.ready = False
         stats.state = "starting"
@@ -142,22 +176,30 @@ class Supervisor:
         slot.generation += 1
         self.spawn(index)
 
+    def inflight_record(self, index: int) -> dict[str, Any] | None:
+        try:
+            record = json.loads(self.inflight_path(index).read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
     def lost_input_case(self, index: int, kind: str, message: str) -> None:
         """Keep what the worker was running when it died or hung as a case."""
-        path = self.inflight_path(index)
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            record = None
+        record = self.inflight_record(index)
+        self.cut_short(index, f"the worker was lost ({kind})")
         if record is None:
             self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
                                "failure": message + " (before its first example)"})
             return
-        batch = Batch.from_json(record["batch"]) if record.get("batch") else None
+        try:
+            batch = Batch.from_json(record["batch"]) if record.get("batch") else None
+        except CaseError as exc:
+            self.errors.append(f"worker {index}'s in-flight input is malformed: {exc}")
+            batch = None
         if record.get("fault"):
             message += f": {record['fault']}"
         case = new_case(
-            property=record["property"],
+            property=record.get("property") or "unknown",
             target=self.config.target,
             kind=kind,
             failure=message,
@@ -165,20 +207,106 @@ class Supervisor:
             device=self.config.device,
             seed=record.get("seed"),
             steps=None if batch else "the serving-loop example running when the worker was lost",
+            outside_contract=contract_breach(batch) if batch is not None else None,
+            round_examples=record.get("round_examples"),
+            profile=record.get("profile"),
         )
         self.record_case(case)
 
-    def record_case(self, case: Case) -> None:
-        path, new = write_case(case, self.config.cases_dir)
-        self.cases.append({"path": str(path), "property": case.property, "kind": case.kind,
-                           "new": new, "failure": case.failure.splitlines()[0][:300]})
+    def record_case(self, case: Case, **notes) -> dict[str, Any]:
+        """Save ``case`` and list it in the report. A case that cannot be
+        written (disk full, a folder gone) is kept whole in the report, with
+        where and why it could not be written; the run goes on."""
+        entry: dict[str, Any] = {"path": None, "property": case.property, "kind": case.kind,
+                                 "new": False, "failure": case.failure.splitlines()[0][:300],
+                                 **notes}
+        if case.outside_contract is not None:
+            entry["outside_contract"] = case.outside_contract
+        try:
+            path, new = write_case(case, self.config.cases_dir)
+            entry.update(path=str(path), new=new)
+        except OSError as exc:
+            entry["not_written"] = f"{self.config.cases_dir}: {exc.strerror or exc}"
+            entry["case"] = case.to_json()
+        self.cases.append(entry)
         if self.config.exitfirst:
             self.request_stop()
+        return entry
 
-    def request_stop(self) -> None:
+    def found(self, index: int, case: Case) -> None:
+        """A worker's first failing example, before it shrinks: saved now."""
+        key = case_filename(case)
+        if key in self.seen_failures:  # a failure found before, replayed from the database
+            self.pending[index] = (key, None)
+            return
+        self.seen_failures.add(key)
+        self.stats[index].failures += 1
+        self.pending[index] = (key, self.record_case(case, shrunk=False))
+
+    def shrunk(self, index: int, case: Case) -> None:
+        """A worker's shrunk failure: it replaces the unshrunk case it reported."""
+        key = case_filename(case)
+        first_key, first = self.pending.pop(index, (None, None))
+        if first is not None and key == first_key:
+            # The first failing example was minimal already (an explicit
+            # example, or nothing left to shrink): its file gains the blob.
+            first["shrunk"] = True
+            if first.get("new") and first.get("path"):
+                try:
+                    atomic_write_json(Path(first["path"]), case.to_json())
+                except OSError as exc:
+                    first["not_written"] = f"{first['path']}: {exc.strerror or exc}"
+                    first["case"] = case.to_json()
+            return
+        if key in self.seen_failures:
+            if first:  # it shrank to a failure already recorded: its unshrunk copy goes
+                self.discard(first)
+                self.stats[index].failures -= 1
+            return
+        self.seen_failures.add(key)
+        if first is None:  # no early report (a machine round, or a draw that failed)
+            self.stats[index].failures += 1
+            self.record_case(case, shrunk=True)
+            return
+        entry = self.record_case(case, shrunk=True)
+        self.cases.remove(entry)
+        self.discard(first, keep_entry=True)
+        first.clear()
+        first.update(entry)
+
+    def discard(self, entry: dict[str, Any], keep_entry: bool = False) -> None:
+        """Drop an unshrunk case: its file, when this run wrote it, and its entry."""
+        if entry.get("new") and entry.get("path"):
+            Path(entry["path"]).unlink(missing_ok=True)
+        if not keep_entry:
+            self.cases.remove(entry)
+
+    def cut_short(self, index: int, why: str) -> None:
+        """A worker with an unshrunk failure ended: that first failing example
+        stays saved, and says so; its last input tried goes in the report."""
+        _, first = self.pending.pop(index, (None, None))
+        if first:
+            first["shrunk"] = False
+            first["note"] = f"shrinking was cut short ({why}); the case is the first failing example"
+            record = self.inflight_record(index)
+            if record and record.get("batch"):
+                first["last_tried"] = record["batch"]
+
+    def request_stop(self, grace: float | None = None) -> None:
+        if grace is not None:
+            self.grace = min(self.grace, grace)
         if self.stopping_since is None:
             self.stopping_since = time.monotonic()
             self.stop.set()
+
+    def interrupt(self, signum: int, frame=None) -> None:
+        """SIGINT or SIGTERM: stop like the deadline does, with a short grace;
+        a second signal stops at once."""
+        if self.interrupted is not None:
+            self.grace = 0.0
+            return
+        self.interrupted = signum
+        self.request_stop(SIGNAL_GRACE_S)
 
     def drain(self, index: int) -> None:
         slot, stats = self.slots[index], self.stats[index]
@@ -195,13 +323,15 @@ class Supervisor:
                 stats.running = payload["running"]
                 self.labels.update(payload["labels"])
                 self.per_property.update(payload["per_property"])
-            elif kind == "failure":
-                # Later rounds replay a saved failure from the database: count it once.
-                case = Case.from_json(payload)
-                if case_filename(case) not in self.seen_failures:
-                    self.seen_failures.add(case_filename(case))
-                    stats.failures += 1
-                    self.record_case(case)
+            elif kind in ("found", "failure"):
+                try:
+                    case = Case.from_json(payload)
+                except CaseError as exc:
+                    self.errors.append(f"worker {index} sent a case the suite cannot read: {exc}")
+                    continue
+                (self.found if kind == "found" else self.shrunk)(index, case)
+            elif kind == "error":
+                self.errors.append(f"worker {index}: {payload}")
             elif kind == "fatal":
                 self.fatal = f"worker {index}: {payload}"
                 self.request_stop()
@@ -253,15 +383,30 @@ class Supervisor:
             )
             self.restart(index)
 
+    def kill_the_rest(self) -> None:
+        """The grace period is over: end the workers still running, keeping
+        what each was doing."""
+        for index, slot in enumerate(self.slots):
+            if not slot.finished and slot.process is not None:
+                slot.process.kill()
+                slot.process.join()
+                self.drain(index)
+                self.cut_short(index, "the worker was killed at the stop")
+                slot.finished, self.stats[index].state = True, "killed at stop"
+
     # -- the run
 
     def run(self) -> dict[str, Any]:
-        for index in range(self.config.workers):
-            self.spawn(index)
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {signum: signal.signal(signum, self.interrupt) for signum in handled}
         live = self.config.live if self.config.live is not None else self.console.is_terminal
         last_log = time.monotonic()
         display = Live(self.render(), console=self.console, refresh_per_second=4) if live else None
         try:
+            for index in range(self.config.workers):
+                self.spawn(index)
             if display:
                 display.start()
             while True:
@@ -273,13 +418,8 @@ class Supervisor:
                     self.request_stop()
                 if all(slot.finished for slot in self.slots):
                     break
-                grace = max(30.0, self.config.example_timeout)
-                if self.stopping_since is not None and now - self.stopping_since > grace:
-                    for index, slot in enumerate(self.slots):
-                        if not slot.finished and slot.process is not None:
-                            slot.process.kill()
-                            slot.process.join()
-                            slot.finished, self.stats[index].state = True, "killed at stop"
+                if self.stopping_since is not None and now - self.stopping_since > self.grace:
+                    self.kill_the_rest()
                     break
                 if display:
                     display.update(self.render())
@@ -289,15 +429,20 @@ class Supervisor:
                 time.sleep(POLL_INTERVAL_S)
         finally:
             self.stop.set()
-            for slot in self.slots:
+            for index, slot in enumerate(self.slots):
                 if slot.process is not None and slot.process.is_alive():
-                    slot.process.join(timeout=5)
+                    slot.process.join(timeout=SIGNAL_GRACE_S)
                     if slot.process.is_alive():
                         slot.process.kill()
+                        slot.process.join()
+                    self.drain(index)
+                    self.cut_short(index, "the run ended")
             if display:
                 display.update(self.render())
                 display.stop()
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         return self.report()
 
     # -- output
@@ -340,7 +485,20 @@ class Supervisor:
         crashes = sum(s.crashes for s in self.stats)
         hangs = sum(s.hangs for s in self.stats)
         found = failures + crashes + hangs
-        status = "aborted" if self.fatal else ("failures" if found else "clean")
+        if self.fatal:
+            status = "aborted"
+        elif self.interrupted is not None:
+            status = "interrupted"
+        else:
+            status = "failures" if found else ("errors" if self.errors else "clean")
+        if found:
+            exit_status = EXIT_FAILED
+        elif self.fatal or self.errors:
+            exit_status = EXIT_USAGE
+        elif self.interrupted is not None:
+            exit_status = 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM
+        else:
+            exit_status = EXIT_OK
         return {
             "format": REPORT_FORMAT,
             "target": self.config.target,
@@ -356,8 +514,10 @@ class Supervisor:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_wall)),
             "elapsed_s": round(elapsed, 3),
             "status": status,
-            "exit_status": 2 if self.fatal else (1 if found else 0),
+            "exit_status": exit_status,
+            "interrupted_by": signal.Signals(self.interrupted).name if self.interrupted else None,
             "error": self.fatal,
+            "errors": self.errors,
             "totals": {
                 "examples": examples,
                 "examples_per_s": round(examples / elapsed, 3) if elapsed else 0.0,
@@ -412,7 +572,10 @@ def summary_table(report: dict[str, Any]):
 
 
 def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
-    """Run the fuzzer with ``config``; the report (also written to ``config.report``)."""
+    """Run the fuzzer with ``config``; the report (also written to
+    ``config.report``). Every path is checked first: a
+    :class:`~c128a.failures.UsageError` before any worker starts."""
+    check_paths(config)
     console = console or Console(stderr=True)
     supervisor = Supervisor(config, console)
     report = supervisor.run()
@@ -427,10 +590,24 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
             note = "new" if case["new"] else "already saved"
             console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
                           markup=False)
+        elif case.get("not_written"):
+            console.print(f"{case['kind']} case NOT WRITTEN ({case['not_written']}; kept whole "
+                          f"in the report)\n  {case['failure']}", markup=False)
         else:
             console.print(f"{case['kind']}: {case['failure']}", markup=False)
+        for key in ("note", "outside_contract"):
+            if case.get(key):
+                console.print(f"  {key.replace('_', ' ')}: {case[key]}", markup=False)
+    for error in report["errors"]:
+        console.print(f"error of the suite itself: {error}", markup=False)
     if report["error"]:
         console.print(f"run aborted: {report['error']}", markup=False)
+    if report["interrupted_by"]:
+        console.print(f"run interrupted by {report['interrupted_by']}", markup=False)
     if config.report:
-        atomic_write_json(Path(config.report), report)
+        try:
+            atomic_write_json(Path(config.report), report)
+        except OSError as exc:
+            console.print(f"could not write the report to {config.report}: "
+                          f"{exc.strerror or exc}", markup=False)
     return report

@@ -10,7 +10,11 @@ input to its in-flight file, so that the parent keeps it if the worker dies.
 from __future__ import annotations
 
 import ast
+import ctypes
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -24,14 +28,41 @@ from hypothesis.internal import observability
 from hypothesis.stateful import run_state_machine_as_test
 
 from ...checks import profiles
-from ...failures import failure_text
+from ...failures import HarnessError, failure_text, is_kill
 from ...targets import import_object, load_target, use_device
-from ..cases import SERVING_LOOP, Case, atomic_write_json, new_case
+from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
 from ..gpus import pin_to_gpu
 from .config import FuzzConfig, derive_seed
 
 PROGRESS_INTERVAL_S = 0.5
 CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
+ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
+PARENT_POLL_S = 1.0
+PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
+TERMINATED = threading.Event()
+"""Set by SIGTERM: this worker stops after its example."""
+
+
+def watch_parent(parent_pid: int) -> None:
+    """Exit as soon as the parent is gone, however it died (SIGKILL included):
+    Linux sends SIGKILL on its death (``PR_SET_PDEATHSIG``); elsewhere, and as
+    a second line, a thread polls ``os.getppid()``."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # it died before the watch was set
+        os._exit(ORPHAN_EXIT)
+
+    def poll() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent_pid:
+                os._exit(ORPHAN_EXIT)
+
+    threading.Thread(target=poll, name="c128a-parent-watch", daemon=True).start()
 
 
 def is_cuda_fault(exc: BaseException | None) -> bool:
@@ -146,11 +177,8 @@ class Worker:
         properties = import_object(config.properties, "--properties")
         names = config.only or tuple(properties)
         unknown = sorted(set(names) - set(properties) - {SERVING_LOOP})
-        if unknown:
-            raise ValueError(
-                f"--only names unknown properties {', '.join(unknown)}; known: "
-                f"{', '.join([*properties, SERVING_LOOP])}"
-            )
+        if unknown:  # the parent checked; a mapping that changed since is the suite's fault
+            raise HarnessError(f"--only names unknown properties {', '.join(unknown)}")
         self.properties = [
             properties[name] for name in names
             if name != SERVING_LOOP and properties[name].unsupported(self.target) is None
@@ -161,35 +189,51 @@ class Worker:
         self.database = open_database(config.db)
         self.progress = Progress(channel, index)
 
-    def write_inflight(self, name: str, seed: int, batch=None) -> None:
+    def stopping(self) -> bool:
+        return self.stop.is_set() or TERMINATED.is_set()
+
+    def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None) -> None:
         atomic_write_json(
             self.inflight,
-            {"property": name, "seed": seed, "batch": batch.to_json() if batch else None},
+            {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
+             "round_examples": examples, "profile": self.config.profile},
         )
 
     def die_of_cuda_fault(self, name: str, seed: int, batch, exc: BaseException) -> None:
         """A CUDA fault poisons the context: every later example would fail too,
         and shrinking would keep a wrong input. Keep this one and exit now."""
         record = {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
-                  "fault": failure_text(exc)}
+                  "fault": failure_text(exc), "profile": self.config.profile}
         atomic_write_json(self.inflight, record)
         self.progress.flush()
         self.channel.close()
         self.channel.join_thread()
         os._exit(CUDA_FAULT_EXIT)
 
-    def send_case(self, case: Case) -> None:
+    def send(self, kind: str, payload) -> None:
         self.progress.flush()
-        self.channel.put(("failure", self.index, case.to_json()))
+        self.channel.put((kind, self.index, payload))
+
+    def failure_case(self, name: str, exc: BaseException, seed: int, batch=None, **fields) -> Case:
+        return new_case(
+            property=name,
+            target=self.target.spec,
+            kind="failure",
+            failure=failure_text(exc),
+            batch=batch,
+            device=self.device_name,
+            seed=seed,
+            outside_contract=contract_breach(batch) if batch is not None else None,
+            profile=self.config.profile,
+            **fields,
+        )
 
     def loop(self) -> None:
         rounds = [*self.properties, *([SERVING_LOOP] if self.machine_factory else [])]
         if not rounds:
-            raise ValueError("no property selected (check --only)")
+            raise HarnessError("no property selected (check --only)")
         number = 0
-        while not self.stop.is_set() and (
-            self.budget is None or self.progress.total < self.budget
-        ):
+        while not self.stopping() and (self.budget is None or self.progress.total < self.budget):
             item = rounds[number % len(rounds)]
             seed = derive_seed(self.config.seed, self.index, self.generation, number)
             examples = self.config.chunk
@@ -203,11 +247,11 @@ class Worker:
             self.progress.flush()
             number += 1
 
-    def round_settings(self, examples: int):
+    def round_settings(self, examples: int, database=True):
         """Settings of one round: the run's profile and database."""
         return settings(
             parent=self.profile,
-            database=self.database,
+            database=self.database if database else None,
             max_examples=examples,
             report_multiple_bugs=False,
             print_blob=True,
@@ -219,7 +263,7 @@ class Worker:
         blob = FailureBlob()
 
         def around(batch, run) -> None:
-            if self.stop.is_set() and not failing:
+            if self.stopping() and not failing:
                 raise StopRequested
             self.write_inflight(prop.name, seed, batch)
             self.progress.count(prop.name, batch.labels)
@@ -228,35 +272,49 @@ class Worker:
             except Exception as exc:
                 if is_cuda_fault(exc):
                     self.die_of_cuda_fault(prop.name, seed, batch, exc)
+                if not failing and is_kill(exc):
+                    # Reported before shrinking starts, so that a stop, a
+                    # crash or a kill during shrinking cannot lose it.
+                    self.send("found", self.failure_case(prop.name, exc, seed, batch).to_json())
                 failing[:] = [batch, exc]
                 blob.start()
                 raise
 
-        test = prop.test(
-            self.target, self.device, settings=self.round_settings(examples), seed=seed,
-            max_tokens=self.config.max_tokens, around=around,
-        )
+        def test(observe_from_start: bool = False):
+            if observe_from_start:
+                blob.start()
+            return prop.test(
+                self.target, self.device,
+                settings=self.round_settings(examples, database=not observe_from_start),
+                seed=seed, max_tokens=self.config.max_tokens, around=around,
+            )()
+
         self.progress.running = prop.name
         try:
             test()
         except StopRequested:
             return
-        except Exception:
-            if not failing:
-                raise  # the strategy or a health check failed: not a finding
-            batch, original = failing
-            self.send_case(
-                new_case(
-                    property=prop.name,
-                    target=self.target.spec,
-                    kind="failure",
-                    failure=failure_text(original),
-                    batch=batch,
-                    device=self.device_name,
-                    seed=seed,
-                    reproduce_blob=blob.blob,
-                )
-            )
+        except Exception as exc:
+            if failing:
+                batch, original = failing
+            elif is_kill(exc):
+                # The target's own policy raised while the step was drawn: no
+                # batch reached the check. Rerun the round, observed from its
+                # start and without the database, for the failing draw's blob.
+                batch, original = None, exc
+                blob.stop()
+                try:
+                    test(observe_from_start=True)
+                except Exception:  # noqa: BLE001 - the same failure, now observed
+                    pass
+            else:
+                raise  # the strategy or a health check failed: the suite's fault
+            if not is_kill(original):
+                self.send("error", f"{prop.name}: the suite itself failed: {failure_text(original)}")
+                return
+            self.send("failure", self.failure_case(
+                prop.name, original, seed, batch, reproduce_blob=blob.blob
+            ).to_json())
         finally:
             blob.stop()
 
@@ -266,7 +324,9 @@ class Worker:
         blob = FailureBlob()
 
         def start_example(machine_self):
-            worker.write_inflight(SERVING_LOOP, seed)
+            if worker.stopping():
+                raise StopRequested
+            worker.write_inflight(SERVING_LOOP, seed, examples=examples)
             worker.progress.count(SERVING_LOOP)
             machine.__init__(machine_self)
 
@@ -277,28 +337,40 @@ class Worker:
         blob.start()
         try:
             run_state_machine_as_test(counted, settings=self.round_settings(examples))
+        except StopRequested:
+            return
         except Exception as exc:
             if is_cuda_fault(exc):
                 self.die_of_cuda_fault(SERVING_LOOP, seed, None, exc)
+            if not is_kill(exc):
+                self.send("error", f"{SERVING_LOOP}: the suite itself failed: {failure_text(exc)}")
+                return
             notes = [n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n]
-            self.send_case(
-                new_case(
-                    property=SERVING_LOOP,
-                    target=self.target.spec,
-                    kind=SERVING_LOOP,
-                    failure=failure_text(exc),
-                    device=self.device_name,
-                    seed=seed,
-                    reproduce_blob=blob.blob,
-                    steps="\n".join(notes),
-                )
-            )
+            self.send("failure", new_case(
+                property=SERVING_LOOP,
+                target=self.target.spec,
+                kind=SERVING_LOOP,
+                failure=failure_text(exc),
+                device=self.device_name,
+                seed=seed,
+                reproduce_blob=blob.blob,
+                steps="\n".join(notes),
+                round_examples=examples,
+                profile=self.config.profile,
+            ).to_json())
         finally:
             blob.stop()
 
 
-def worker_main(index, generation, config, channel, stop, inflight, budget, gpu) -> None:
-    """A worker process: pin, choose the device, load everything, run rounds."""
+def worker_main(index, generation, config, channel, stop, inflight, budget, gpu, parent) -> None:
+    """A worker process: watch the parent, pin, choose the device, load
+    everything, run rounds. SIGINT stays ignored (the parent spawned it so):
+    Ctrl-C reaches the whole process group and the parent stops the run; a
+    SIGTERM asks this worker to stop after its example."""
+    watch_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         if gpu is not None:
             pin_to_gpu(gpu)

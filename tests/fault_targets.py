@@ -1,0 +1,75 @@
+"""Targets and properties that fail, slowly fail or sabotage the run on purpose.
+
+Torch only (the oracle, no Triton kernel), so the fault tests run real
+processes and signals on the CPU in seconds. Fuzz workers and replay children
+import them by name (``fault_targets:slow_failing``): the tests put this
+folder on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from c128a.checks import Property
+from c128a.contract import oracle
+from test_fuzz import THRESHOLD, matches_reference, small_batches
+
+SLOW_CALL_S = 2.0
+CASES_DIR_ENV = "C128A_TEST_CASES_DIR"
+
+
+def _late_lengths_one_too_long(*args):
+    """decode_lens one too long at positions >= THRESHOLD: nearly every drawn
+    batch fails, and none of the first (simplest) ones, so a failure found
+    always needs shrinking."""
+    views = oracle.build_c128a_topk_metadata(*args)
+    positions, num_decode = args[0], args[2]
+    views[1][positions[:num_decode] >= THRESHOLD] += 1
+    return views
+
+
+def _slowly(*args):
+    time.sleep(SLOW_CALL_S)
+    return _late_lengths_one_too_long(*args)
+
+
+slow_failing = SimpleNamespace(build_c128a_topk_metadata=_slowly)
+"""2 s a call, failing on most batches: shrinking a failure takes minutes."""
+
+
+def _policy_with_a_bug(max_seq_len, compress_ratio, capacity, *, batch_invariant=None):
+    raise RuntimeError("width policy bug: no width for this step")
+
+
+policy_raises = SimpleNamespace(
+    build_c128a_topk_metadata=oracle.build_c128a_topk_metadata,
+    active_topk_width=_policy_with_a_bug,
+)
+"""A correct builder whose own width policy raises while a step is drawn."""
+
+
+def _fails_after_removing_the_cases_dir(target, batch, device) -> None:
+    """The disk goes away under the run: the cases folder becomes a file, then
+    the check fails, so the parent cannot write the case."""
+    cases_dir = Path(os.environ[CASES_DIR_ENV])
+    if cases_dir.is_dir():
+        shutil.rmtree(cases_dir)
+        cases_dir.write_text("not a folder any more\n")
+    matches_reference(target, batch, device)
+
+
+def _harness_bug(target, batch, device) -> None:
+    """A fault of the suite itself: a bare assertion of the harness."""
+    assert batch.num_tokens < 0, "a harness assertion"
+
+
+FAULT_PROPERTIES = {
+    "harness_bug": Property("harness_bug", small_batches, _harness_bug),
+    "matches_reference": Property("matches_reference", small_batches, matches_reference),
+    "loses_cases_dir": Property("loses_cases_dir", small_batches,
+                                _fails_after_removing_the_cases_dir),
+}

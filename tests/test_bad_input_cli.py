@@ -1,0 +1,418 @@
+"""Bad input to the command line: malformed case files, cases that cannot be
+replayed, targets that crash or hang, bad ``--config`` files and options.
+Each is refused with exit status 2 and one line naming what is wrong (or, for
+a target that still crashes or hangs, reported with exit status 1), and the
+other files on the same command line still run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from c128a import cli
+from c128a.cli.fuzz import configure_parser, options_from_args
+from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from c128a.runners import cases
+from c128a.runners.fuzz import FuzzOptions, load_config_file
+from c128a.targets import TARGET_ENV
+
+from test_cases import MUTANT_SPEC, PROPERTIES_SPEC, THRESHOLD, make_case
+
+INT64_RANGE = "[-9,223,372,036,854,775,808, 9,223,372,036,854,775,807]"
+INT32_RANGE = "[-2,147,483,648, 2,147,483,647]"
+
+# A stand-in target that crashes, or hangs, only on the trigger position (the
+# one make_case() uses) and is the oracle otherwise: the replay's child
+# process meets the crash, the replay itself goes on with the next case.
+STANDIN_MODULE = "standin_crash_c128a_test"
+STANDIN_SOURCE = f'''
+import os
+import signal
+import time
+from types import SimpleNamespace
+
+from c128a.contract import oracle
+
+
+def _on_trigger(action):
+    def build_c128a_topk_metadata(*args):
+        if int(args[0][0]) == {THRESHOLD}:
+            action()
+        return oracle.build_c128a_topk_metadata(*args)
+
+    return SimpleNamespace(build_c128a_topk_metadata=build_c128a_topk_metadata)
+
+
+exits = _on_trigger(lambda: os._exit(9))
+segfaults = _on_trigger(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+hangs = _on_trigger(lambda: time.sleep(10**6))
+'''
+
+
+@pytest.fixture(autouse=True)
+def no_target_from_the_environment(monkeypatch):
+    """Each test says where its target comes from; $C128A_TARGET does not leak in."""
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def standin_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("standin")
+    (folder / f"{STANDIN_MODULE}.py").write_text(STANDIN_SOURCE)
+    return folder
+
+
+@pytest.fixture
+def standin(standin_dir, monkeypatch) -> Path:
+    """The stand-in target importable here and in a replay's child process."""
+    monkeypatch.syspath_prepend(str(standin_dir))
+    path = os.pathsep.join(filter(None, [str(standin_dir), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    return standin_dir
+
+
+def good_file(tmp_path: Path, position: int = 5, **overrides) -> Path:
+    """A matches_oracle case that passes on the reference target."""
+    values = dict(property="matches_oracle", target="reference")
+    values.update(overrides)
+    path, _ = cases.write_case(make_case(position, **values), tmp_path / "good")
+    return path
+
+
+def raw_file(tmp_path: Path, name: str, content: bytes | dict) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
+    return path
+
+
+def edited(edit) -> dict:
+    data = make_case(property="matches_oracle", target="reference").to_json()
+    edit(data)
+    return data
+
+
+def replay(device, *args) -> int:
+    return cli.main(["replay", *map(str, args), "--device", device.type])
+
+
+# ---------------------------------------------------------------- A: exit statuses
+
+
+def test_replay_exit_status_says_passes_fails_or_cannot_replay(tmp_path, capsys, c128a_device):
+    """replay exits 0 when the case passes now, 1 when it still fails, 2 when it cannot replay."""
+    path, _ = cases.write_case(make_case(), tmp_path)
+    options = ["--properties", PROPERTIES_SPEC]
+    assert replay(c128a_device, path, *options, "--target", "reference") == EXIT_OK
+    assert "PASSES now" in capsys.readouterr().out
+    assert replay(c128a_device, path, *options, "--target", MUTANT_SPEC) == EXIT_FAILED
+    assert "STILL FAILS" in capsys.readouterr().out
+    blob_only, _ = cases.write_case(
+        make_case(property="matches_oracle", batch=None, reproduce_blob="garbage!!!"), tmp_path
+    )
+    assert replay(c128a_device, blob_only, "--target", "reference") == EXIT_USAGE
+    assert "CANNOT REPLAY" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "blob, reason",
+    [
+        ("garbage!!!", "Invalid base64"),
+        ("AXicY2BgAAAABAAB", "Invalid zlib"),
+        ("AXic\u00e9t\u00e9", "not base64 text"),
+    ],
+)
+def test_a_garbage_blob_without_inputs_cannot_replay(tmp_path, capsys, c128a_device, blob, reason):
+    """A case with a garbage reproduce_blob and no batch exits 2 with the reason, never a verdict."""
+    case = make_case(property="matches_oracle", target="reference", batch=None, reproduce_blob=blob)
+    path, _ = cases.write_case(case, tmp_path)
+    assert replay(c128a_device, path) == EXIT_USAGE
+    out = capsys.readouterr().out
+    assert "CANNOT REPLAY here" in out and reason in out
+    assert "STILL FAILS" not in out and "PASSES" not in out
+
+
+@pytest.mark.parametrize("prop", ["matches_oracle", cases.SERVING_LOOP])
+def test_a_crash_case_with_nothing_to_replay_from_exits_2(tmp_path, capsys, c128a_device, prop):
+    """A crash case with no batch, blob or seed exits 2 (through its child process) with the reason."""
+    case = make_case(property=prop, target="reference", kind="crash", batch=None,
+                     reproduce_blob=None, seed=None)
+    path, _ = cases.write_case(case, tmp_path)
+    assert replay(c128a_device, path) == EXIT_USAGE
+    out = capsys.readouterr().out
+    assert "CANNOT REPLAY here" in out and "no reproduce_blob" in out
+    assert "STILL" not in out
+
+
+# ---------------------------------------------------------------- B: malformed files
+
+MALFORMED = [
+    pytest.param(b"\xff\xfe{", "<file>", "not UTF-8 text", id="not-utf8"),
+    pytest.param(b"[" * 100_000, "<file>", "nested too deeply", id="deep-list"),
+    pytest.param(b'{"a": ' * 100_000, "<file>", "nested too deeply", id="deep-object"),
+    pytest.param(edited(lambda d: d["batch"].update(buffer_rows=-1)),
+                 "batch.buffer_rows", "-1 is outside [1, 65,536]", id="negative-buffer-rows"),
+    pytest.param(edited(lambda d: d["batch"].update(capacity=-128)),
+                 "batch.capacity", "-128 is outside [1, 8,192]", id="negative-capacity"),
+    pytest.param(edited(lambda d: d["batch"].update(positions=[2**70])),
+                 "batch.positions[0]", f"outside {INT64_RANGE}", id="position-beyond-int64"),
+    pytest.param(edited(lambda d: d["batch"].update(slot_mapping=[-(2**63) - 1])),
+                 "batch.slot_mapping[0]", f"outside {INT64_RANGE}", id="slot-beyond-int64"),
+    pytest.param(edited(lambda d: d["batch"].update(token_to_req_indices=[2**31])),
+                 "batch.token_to_req_indices[0]", f"outside {INT32_RANGE}", id="request-beyond-int32"),
+    pytest.param(edited(lambda d: d["batch"]["block_table"][0].__setitem__(3, 2**31)),
+                 "batch.block_table[0][3]", f"outside {INT32_RANGE}", id="page-beyond-int32"),
+    pytest.param(edited(lambda d: d["batch"].update(width=2**31)),
+                 "batch.width", f"outside {INT32_RANGE}", id="width-beyond-int32"),
+    pytest.param(edited(lambda d: d["batch"].update(prefill_extra_columns="3")),
+                 "batch.prefill_extra_columns", "must be an integer, got a string", id="extra-str"),
+    pytest.param(edited(lambda d: d["batch"].update(prefill_extra_columns=1.5)),
+                 "batch.prefill_extra_columns", "must be an integer, got a number 1.5",
+                 id="extra-float"),
+    pytest.param(edited(lambda d: d["batch"].update(prefill_extra_columns=3.0)),
+                 "batch.prefill_extra_columns", "must be an integer, got a number 3.0",
+                 id="extra-integral-float"),
+    pytest.param(edited(lambda d: d.update(round_examples=-1)),
+                 "round_examples", "-1 is outside [1, ", id="negative-round-examples"),
+]
+
+
+@pytest.mark.parametrize("content, field, rule", MALFORMED)
+def test_a_malformed_file_exits_2_and_the_next_file_still_runs(
+    tmp_path, capsys, c128a_device, content, field, rule
+):
+    """A malformed file is a CaseError naming the field and the rule (exit 2); the next file runs."""
+    bad = raw_file(tmp_path, "bad.json", content)
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(bad)
+    assert (raised.value.field, rule in raised.value.rule) == (field, True), raised.value
+    status = replay(c128a_device, bad, good_file(tmp_path), "--target", "reference")
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    [line] = [line for line in captured.err.splitlines() if "bad.json" in line]
+    assert f"field {field!r}" in line and rule in line
+    assert "Traceback" not in captured.err
+    assert "result:   PASSES now" in captured.out
+
+
+@pytest.mark.parametrize(
+    "edit, field, maximum",
+    [
+        pytest.param(lambda b: b.update(capacity=10**9), "batch.capacity", "8,192",
+                     id="capacity"),
+        pytest.param(lambda b: b.update(buffer_rows=10**9), "batch.buffer_rows", "65,536",
+                     id="buffer-rows"),
+        pytest.param(lambda b: b.update(buffer_rows=65_536, capacity=8192, width=8192),
+                     "batch.buffer_rows", "67,108,864", id="buffer-elements"),
+    ],
+)
+def test_sizes_far_beyond_the_contract_fail_fast(tmp_path, capsys, c128a_device, edit, field,
+                                                  maximum):
+    """A huge capacity or buffer_rows is refused before anything is allocated, naming the maximum."""
+    bad = raw_file(tmp_path, "huge.json", edited(lambda d: edit(d["batch"])))
+    start = time.perf_counter()
+    status = replay(c128a_device, bad, "--target", "reference")
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert status == EXIT_USAGE
+    assert f"field {field!r}" in err and maximum in err
+
+
+# ---------------------------------------------------------------- C: no import from a case alone
+
+
+def test_replay_never_imports_a_module_only_the_case_names(tmp_path, capsys, monkeypatch,
+                                                           c128a_device):
+    """A case naming a foreign module is refused (exit 2, pass --target) and the module is never imported."""
+    marker = tmp_path / "imported.marker"
+    (tmp_path / "evil_module_c128a_test.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).touch()\nthing = None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path, _ = cases.write_case(
+        make_case(property="matches_oracle", target="evil_module_c128a_test:thing"), tmp_path
+    )
+    assert replay(c128a_device, path) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "'evil_module_c128a_test'" in err
+    assert "pass --target evil_module_c128a_test:thing" in err and f"${TARGET_ENV}" in err
+    assert not marker.exists()
+    assert "evil_module_c128a_test" not in sys.modules
+
+    monkeypatch.setenv(TARGET_ENV, "reference")
+    assert replay(c128a_device, path) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"target:   reference (from ${TARGET_ENV})" in out and "PASSES now" in out
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- D: crashes and hangs
+
+
+@pytest.mark.parametrize(
+    "attr, death", [("exits", "its child process exited 9"), ("segfaults", "its child process died of SIGSEGV")]
+)
+def test_a_crash_case_that_crashes_again_is_reported_and_the_next_file_runs(
+    tmp_path, capsys, c128a_device, standin, attr, death
+):
+    """A crash case whose target dies again reports the crash (exit 1); the next file still runs."""
+    crash, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference", kind="crash"), tmp_path
+    )
+    status = replay(c128a_device, crash, good_file(tmp_path), "--target",
+                    f"{STANDIN_MODULE}:{attr}")
+    out = capsys.readouterr().out
+    assert status == EXIT_FAILED
+    assert f"case:     {crash}\nresult:   STILL CRASHES: {death}" in out
+    assert "result:   PASSES now" in out.split("STILL CRASHES")[1]
+
+
+def test_a_hang_case_that_hangs_again_is_killed_at_the_timeout(tmp_path, capsys, c128a_device,
+                                                                standin):
+    """A hang case whose target hangs again is killed at --timeout and reported (exit 1)."""
+    hang, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference", kind="hang"), tmp_path
+    )
+    start = time.perf_counter()
+    status = replay(c128a_device, hang, good_file(tmp_path), "--target", f"{STANDIN_MODULE}:hangs",
+                    "--timeout", "3")
+    seconds = time.perf_counter() - start
+    out = capsys.readouterr().out
+    assert status == EXIT_FAILED
+    assert "result:   STILL HANGS: the hang case ran past --timeout=3 s" in out
+    assert "result:   PASSES now" in out.split("STILL HANGS")[1]
+    assert seconds < 10
+
+
+# ---------------------------------------------------------------- E: fuzz --config
+
+
+def fuzz(tmp_path, device, *options) -> int:
+    """``c128a fuzz`` set up so that nothing long could run."""
+    return cli.main([
+        "fuzz", "--device", device.type, "--target", "reference", "--max-examples", "1",
+        "--workers", "1", "--cases-dir", str(tmp_path / "cases"),
+        "--report", str(tmp_path / "r.json"), "--db", "none", "--no-live", *options,
+    ])
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("fuzz = 3\n", ["fuzz = 3 must be a table", "[fuzz]"]),
+        ("[fuzzz]\nminutes = 1\n", ["unknown fuzzz at the top level", "[fuzz]"]),
+        ("[fuzz]\nonly = [1]\n", ["fuzz.only=[1]", "must be a str, got an integer"]),
+        ("[fuzz]\nonly = [['views']]\n", ["fuzz.only", "must be a str, got a list"]),
+        ("[fuzz]\nminutes = 'soon'\n", ["fuzz.minutes", "must be a number, got a string"]),
+        ("[fuzz]\nlive = 'no'\n", ["fuzz.live", "must be a bool, got a string"]),
+        ("[fuzz]\nminutes = inf\n", ["--minutes=inf must be a finite number > 0"]),
+        ("[fuzz\n", ["not TOML"]),
+    ],
+)
+def test_a_bad_config_file_exits_2_before_any_worker(tmp_path, capsys, c128a_device, text, words):
+    """A bad --config file exits 2 with one line naming the key and the rule, before any worker starts."""
+    config = tmp_path / "fuzz.toml"
+    config.write_text(text)
+    assert fuzz(tmp_path, c128a_device, "--config", str(config)) == EXIT_USAGE
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith("c128a fuzz: ") and all(word in line for word in words), line
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_list_option_of_the_wrong_type_is_refused_when_the_file_is_read(tmp_path):
+    """A list option whose elements are not strings is a UsageError from load_config_file itself."""
+    config = tmp_path / "fuzz.toml"
+    config.write_text("[fuzz]\nonly = ['views', 2]\n")
+    with pytest.raises(UsageError, match=r"fuzz\.only=\['views', 2\]: must be a str"):
+        load_config_file(str(config))
+
+
+def test_every_fuzz_option_can_be_set_in_the_config_file(tmp_path):
+    """Every FuzzOptions field, live included, is read back from the [fuzz] table of --config."""
+    expected = FuzzOptions(
+        target="reference", device="cpu", minutes=2.5, max_examples=3, max_tokens=16, seed=5,
+        workers=2, db="none", cases_dir="cases", report="r.json", example_timeout=7.0,
+        exitfirst=True, profile="ci", chunk=4, only=("views", "matches_oracle"), stateful=False,
+        properties="c128a.checks:PROPERTIES", machine="c128a.replay:serving_loop_machine",
+        live=False,
+    )
+    lines = ["[fuzz]"]
+    for spec in fields(FuzzOptions):
+        value = getattr(expected, spec.name)
+        value = list(value) if isinstance(value, tuple) else value
+        lines.append(f"{spec.name.replace('_', '-')} = {json.dumps(value)}")
+    assert all(getattr(expected, spec.name) is not None for spec in fields(FuzzOptions))
+    config = tmp_path / "all.toml"
+    config.write_text("\n".join(lines) + "\n")
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    assert options_from_args(parser.parse_args(["--config", str(config)])) == expected
+    # The command line wins over the file, --live and --no-live alike.
+    options = options_from_args(parser.parse_args(["--config", str(config), "--live"]))
+    assert options.live is True and options.minutes == 2.5
+
+
+# ---------------------------------------------------------------- F: mutants and option names
+
+
+def test_a_bad_spec_among_several_exits_2_before_any_row(capsys, c128a_device):
+    """c128a mutants with one bad --spec among good ones exits 2 at once, printing no row."""
+    start = time.perf_counter()
+    status = cli.main([
+        "mutants", "--device", c128a_device.type, "--property", "matches_oracle",
+        "--max-examples", "1", "--markdown", "--spec", "c128a.mutants:off_by_one_length",
+        "--spec", "no_such_module_x:y", "--spec", "reference",
+    ])
+    seconds = time.perf_counter() - start
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    assert "cannot import module 'no_such_module_x'" in captured.err
+    assert "(target from --spec)" in captured.err
+    assert captured.out == ""
+    assert seconds < 10
+
+
+@pytest.mark.parametrize("option", ["--minutes", "--example-timeout"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0"])
+def test_fuzz_time_options_must_be_finite_and_positive(tmp_path, capsys, c128a_device, option,
+                                                       value):
+    """c128a fuzz refuses a time option that is not a finite number > 0 (exit 2)."""
+    assert fuzz(tmp_path, c128a_device, option, value) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"{option}={float(value)} must be a finite number > 0" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fuzz", "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live"],
+        ["mutants", "--property", "matches_oracle", "--max-examples", "1"],
+        ["bench", "--throughput", "--examples", "1"],
+    ],
+)
+def test_usage_messages_name_the_cli_option(tmp_path, capsys, c128a_device, command):
+    """A bad target is reported against the CLI's --target, never pytest's --c128a-target."""
+    status = cli.main([*command, "--device", c128a_device.type, "--target", "no_such_module_c128a"])
+    err = capsys.readouterr().err
+    assert status == EXIT_USAGE
+    assert "cannot import module 'no_such_module_c128a'" in err
+    assert "(target from --target)" in err and "--c128a-target" not in err
+
+
+def test_replay_usage_messages_name_the_cli_option(tmp_path, capsys, c128a_device):
+    """replay reports a bad --target, and a case's bad target, against the CLI's --target."""
+    path, _ = cases.write_case(make_case(property="matches_oracle"), tmp_path)
+    assert replay(c128a_device, path, "--target", "no_such_module_c128a") == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "(target from --target)" in err and "--c128a-target" not in err
+    assert replay(c128a_device, path) == EXIT_USAGE  # the case names test_cases: not imported
+    err = capsys.readouterr().err
+    assert "pass --target" in err and "--c128a-target" not in err

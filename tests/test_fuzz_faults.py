@@ -1,0 +1,506 @@
+"""The fuzz runner under real faults: signals, a dead parent, slow failures,
+lost disks, unwritable paths, racing runs. Nothing found may be lost.
+
+Every run here is a real ``c128a fuzz`` with real worker processes; the ones
+that take a signal run as a child process in its own session, so a signal to
+its process group reaches nobody else. Processes are followed through
+``/proc`` (Linux).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from c128a import cli
+from c128a.contract import oracle
+from c128a.runners import cases, fuzz
+from c128a.runners.fuzz import supervisor
+from fault_targets import CASES_DIR_ENV, FAULT_PROPERTIES, policy_raises, slow_failing
+from test_fuzz import MACHINE_SPEC, make_config, standin_machine
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
+                                reason="follows processes through /proc (Linux)")
+
+TESTS = Path(__file__).parent
+FAULTS_SPEC = "fault_targets:FAULT_PROPERTIES"
+
+
+# ---------------------------------------------------------------- processes
+
+
+def parents() -> dict[int, int]:
+    """pid -> parent pid of every process now."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[int(entry.name)] = int(fields[1])
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    table = parents()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in table.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def ps(pids) -> str:
+    """``ps``-like lines of those still running, for a failure message."""
+    lines = []
+    for pid in sorted(pids):
+        if alive(pid):
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            lines.append(f"{pid} {command[:120]}")
+    return "\n".join(lines) or "(none)"
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"after {timeout:g} s: {what}")
+
+
+class FuzzProcess:
+    """``c128a fuzz`` as a child process in its own session, with its own
+    temporary folder (so what it leaves behind can be seen)."""
+
+    def __init__(self, tmp_path: Path, *options: str, target: str = "reference",
+                 properties: str | None = FAULTS_SPEC, env: dict | None = None):
+        self.tmp_path = tmp_path
+        self.temporary = tmp_path / "tmp"
+        self.temporary.mkdir()
+        self.report_path = tmp_path / "report.json"
+        self.cases_dir = tmp_path / "cases"
+        command = [
+            sys.executable, "-m", "c128a.cli", "fuzz", "--target", target, "--device", "cpu",
+            "--seed", "1", "--no-live", "--db", str(tmp_path / "db"),
+            "--cases-dir", str(self.cases_dir), "--report", str(self.report_path),
+            *(["--properties", properties] if properties else []), *options,
+        ]
+        python_path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+        environment = {**os.environ, "PYTHONPATH": python_path, "TMPDIR": str(self.temporary),
+                       "TRITON_INTERPRET": "1", "COLUMNS": "200", **(env or {})}
+        self.stdout = open(tmp_path / "stdout.txt", "w+")
+        self.stderr = open(tmp_path / "stderr.txt", "w+")
+        self.process = subprocess.Popen(command, env=environment, stdout=self.stdout,
+                                        stderr=self.stderr, start_new_session=True)
+        self.pid = self.process.pid
+
+    def running_workers(self, count: int, timeout: float = 120.0) -> set[int]:
+        """Wait until ``count`` workers run examples (each has an in-flight
+        file); their pids and every other descendant's."""
+        wait_until(
+            lambda: len(list(self.temporary.glob("c128a-fuzz-*/worker-*.json"))) >= count,
+            timeout, f"{count} workers running examples; stderr:\n{self.errors()}",
+        )
+        return descendants(self.pid)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.pid, signal.SIGKILL)
+            self.process.wait()
+            raise AssertionError(f"c128a fuzz did not end within {timeout:g} s:\n{self.errors()}")
+
+    def errors(self) -> str:
+        self.stderr.flush()
+        return (self.tmp_path / "stderr.txt").read_text()
+
+    def report(self) -> dict:
+        return json.loads(self.report_path.read_text())
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.pid, signal.SIGKILL)
+            self.process.wait()
+        self.stdout.close()
+        self.stderr.close()
+
+
+@pytest.fixture
+def fuzz_process(tmp_path):
+    started = []
+
+    def start(*options, **keywords) -> FuzzProcess:
+        started.append(FuzzProcess(tmp_path, *options, **keywords))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.close()
+
+
+def assert_all_ended(pids, timeout: float = 10.0) -> None:
+    wait_until(lambda: not any(alive(pid) for pid in pids), timeout,
+               f"processes still running:\n{ps(pids)}")
+
+
+# ---------------------------------------------------------------- signals
+
+
+@pytest.mark.parametrize(
+    "signum, to_group, exit_status",
+    [
+        (signal.SIGTERM, False, 143),
+        (signal.SIGINT, False, 130),
+        (signal.SIGTERM, True, 143),
+        (signal.SIGINT, True, 130),
+    ],
+    ids=["SIGTERM-parent", "SIGINT-parent", "SIGTERM-group", "SIGINT-group"],
+)
+def test_a_signal_stops_the_run_like_its_deadline(fuzz_process, signum, to_group, exit_status):
+    """SIGTERM/SIGINT, to the parent or its group: report written with status
+    interrupted, 128+signal (nothing found), no traceback, no process or
+    temporary file left behind."""
+    run = fuzz_process("--minutes", "2", "--workers", "2", "--only", "matches_reference",
+                       "--no-stateful")
+    family = run.running_workers(2)
+    if to_group:
+        os.killpg(run.pid, signum)
+    else:
+        os.kill(run.pid, signum)
+    assert run.wait(20) == exit_status, run.errors()
+    report = run.report()
+    assert report["status"] == "interrupted"
+    assert report["interrupted_by"] == signal.Signals(signum).name
+    assert report["exit_status"] == exit_status
+    assert report["totals"]["examples"] > 0
+    assert "Traceback" not in run.errors()
+    assert f"run interrupted by {signal.Signals(signum).name}" in run.errors()
+    assert_all_ended(family)
+    assert list(run.temporary.iterdir()) == []
+
+
+def test_sigkill_of_the_parent_ends_every_worker(fuzz_process):
+    """A parent killed without warning takes its workers with it within seconds."""
+    run = fuzz_process("--minutes", "2", "--workers", "2", "--only", "matches_reference",
+                       "--no-stateful")
+    family = run.running_workers(2)
+    assert len(family) >= 2
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait(10)
+    assert_all_ended(family, timeout=10)
+
+
+def test_failure_found_before_a_signal_is_saved_while_it_shrinks(fuzz_process):
+    """A 2 s-a-call target: the first failing example is saved before shrinking
+    starts, and kept when SIGTERM cuts the shrinking short (exit 1)."""
+    run = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", "--example-timeout", "60",
+                       target="fault_targets:slow_failing")
+    family = run.running_workers(1)
+    [saved] = wait_until(lambda: list(run.cases_dir.glob("*.json")), 60,
+                         f"the first failing example saved; stderr:\n{run.errors()}")
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(20) == 1, run.errors()
+    report = run.report()
+    assert report["status"] == "interrupted" and report["totals"]["failures"] == 1
+    [entry] = report["cases"]
+    assert entry["path"] == str(saved) and entry["shrunk"] is False
+    assert "shrinking was cut short" in entry["note"]
+    case = cases.load_case(saved)
+    assert case.kind == "failure" and case.batch is not None
+    assert not cases.replay_case(case, slow_failing, "cpu", properties=FAULT_PROPERTIES).passed
+    correct = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metadata)
+    assert cases.replay_case(case, correct, "cpu", properties=FAULT_PROPERTIES).passed
+    assert_all_ended(family)
+
+
+def test_failure_still_shrinking_when_the_deadline_grace_ends_is_saved(tmp_path, monkeypatch):
+    """The deadline's grace period ends while the worker shrinks a failure of a
+    2 s-a-call target: the worker is killed, the failure stays saved (it gave
+    `clean`, exit 0, before)."""
+    monkeypatch.setattr(supervisor, "STOP_GRACE_S", 1.0)
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="fault_targets:slow_failing", max_examples=None,
+                         minutes=0.2, example_timeout=3.0, properties=FAULTS_SPEC)
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1 and report["status"] == "failures", report
+    assert report["per_worker"][0]["state"] == "killed at stop"
+    [entry] = report["cases"]
+    assert entry["shrunk"] is False and "killed at the stop" in entry["note"]
+    assert cases.load_case(entry["path"]).batch is not None
+
+
+def test_one_minute_run_on_a_real_mutant_interrupted_at_20_s(fuzz_process):
+    """The issue's acceptance run: off_by_one_length for a minute, SIGTERM at
+    20 s: exit 1 within 10 s, report `interrupted`, every case saved, no
+    process left."""
+    run = fuzz_process("--minutes", "1", "--workers", "2", properties=None,
+                       target="c128a.mutants:off_by_one_length")
+    family = run.running_workers(2)
+    time.sleep(max(0.0, 20 - (time.monotonic() - run_started(run))))
+    family |= descendants(run.pid)
+    os.kill(run.pid, signal.SIGTERM)
+    signalled = time.monotonic()
+    assert run.wait(10) == 1, run.errors()
+    assert time.monotonic() - signalled < 10
+    report = run.report()
+    assert report["status"] == "interrupted" and report["exit_status"] == 1
+    found = report["totals"]["failures"] + report["totals"]["crashes"] + report["totals"]["hangs"]
+    assert found >= 1
+    assert len(report["cases"]) == found
+    for entry in report["cases"]:
+        assert entry["path"] and Path(entry["path"]).exists(), entry
+        cases.load_case(entry["path"])
+    assert_all_ended(family)
+    assert "Traceback" not in run.errors()
+
+
+def run_started(run: FuzzProcess) -> float:
+    """When the child started, on this process's monotonic clock."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    start = int(Path(f"/proc/{run.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.monotonic() - (uptime - start / ticks)
+
+
+# ---------------------------------------------------------------- what a failure is
+
+
+def test_failure_outside_the_contract_is_saved_and_says_so(tmp_path, capsys):
+    """A policy without the 128 floor gives an unaligned width: the case is
+    saved, marked outside the contract, and replays as fixed on a correct target."""
+    status = cli.main([
+        "fuzz", "--target", "c128a.mutants:width_without_floor", "--device", "cpu",
+        "--max-examples", "200", "--workers", "1", "--seed", "1", "--only", "matches_oracle",
+        "--no-stateful", "--no-live", "--exitfirst", "--db", "none",
+        "--cases-dir", str(tmp_path / "cases"), "--report", str(tmp_path / "report.json"),
+    ])
+    assert status == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    [entry] = report["cases"]
+    assert "multiple of 128" in entry["outside_contract"]
+    case = cases.load_case(entry["path"])
+    assert case.outside_contract and case.batch.width % 128
+    assert "outside contract" in capsys.readouterr().err
+    assert cli.main(["replay", entry["path"], "--device", "cpu"]) == 1
+    assert cli.main(["replay", entry["path"], "--device", "cpu", "--target", "reference"]) == 0
+
+
+def test_target_policy_raising_is_a_failure_with_its_blob(tmp_path, monkeypatch):
+    """The target's own width policy raises while a step is drawn: a failure
+    case with the reproduce blob (not an aborted run), replayable from it."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="fault_targets:policy_raises", exitfirst=True,
+                         properties="c128a.checks:PROPERTIES", only=("matches_oracle",))
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1 and report["error"] is None, report
+    [entry] = report["cases"]
+    case = cases.load_case(entry["path"])
+    assert case.kind == "failure" and case.batch is None and case.reproduce_blob
+    assert "active_topk_width raised RuntimeError: width policy bug" in case.failure
+    from c128a.targets import load_target
+
+    target = load_target("fault_targets:policy_raises")
+    assert not cases.replay_case(case, target, "cpu").passed
+    assert cases.replay_case(case, load_target("reference"), "cpu").passed
+
+
+def test_suite_fault_in_a_property_is_an_error_not_a_failure(tmp_path, monkeypatch):
+    """A harness assertion inside a property is reported as the suite's error
+    (exit 2), never saved as a failure of the target."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    report = fuzz.run_fuzz(make_config(tmp_path, only=("harness_bug",), max_examples=5,
+                                       properties=FAULTS_SPEC))
+    assert report["exit_status"] == 2 and report["totals"]["failures"] == 0, report
+    assert any("the suite itself failed" in error for error in report["errors"])
+    assert not list((tmp_path / "cases").glob("*.json"))
+
+
+# ---------------------------------------------------------------- paths
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    return path
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--cases-dir", lambda tmp: _a_file(tmp), "--cases-dir"),
+        ("--cases-dir", lambda tmp: "/proc/c128a-cases", "--cases-dir"),
+        ("--report", lambda tmp: "/proc/c128a-reports/report.json", "--report"),
+        ("--report", lambda tmp: tmp, "--report"),
+        ("--db", lambda tmp: _a_file(tmp) / "db", "--db"),
+        ("--db", lambda tmp: f"redis://127.0.0.1:{_free_port()}/0", "--db"),
+    ],
+    ids=["cases-dir-is-a-file", "cases-dir-cannot-be-made", "report-folder-unwritable",
+         "report-is-a-folder", "db-cannot-be-made", "redis-does-not-answer"],
+)
+def test_bad_path_is_refused_before_any_worker_starts(tmp_path, capsys, option, value, message):
+    """Exit 2 naming the option; no worker ran, no report or case written."""
+    arguments = {"--cases-dir": str(tmp_path / "cases"), "--report": str(tmp_path / "r.json"),
+                 "--db": str(tmp_path / "db")}
+    arguments[option] = str(value(tmp_path))
+    command = ["fuzz", "--target", "reference", "--device", "cpu", "--max-examples", "5",
+               "--workers", "1", "--no-live", "--properties", FAULTS_SPEC, "--no-stateful"]
+    for name, given in arguments.items():
+        command += [name, given]
+    assert cli.main(command) == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+    assert "c128a fuzz summary" not in error  # no run happened
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_case_that_cannot_be_written_mid_run_is_kept_in_the_report(tmp_path, monkeypatch, capsys):
+    """The cases folder turns into a file mid-run: the run goes on, the case is
+    kept whole in the report and the summary says where it could not go."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv(CASES_DIR_ENV, str(tmp_path / "cases"))
+    (tmp_path / "cases").mkdir()
+    config = make_config(tmp_path, target="test_fuzz:lens_mutant", only=("loses_cases_dir",),
+                         properties=FAULTS_SPEC, max_examples=300)
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1, report
+    [entry] = report["cases"]
+    assert entry["path"] is None and "cases" in entry["not_written"]
+    kept = cases.Case.from_json(entry["case"])
+    assert kept.batch is not None and kept.property == "loses_cases_dir"
+    assert "NOT WRITTEN" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- cases on disk
+
+
+def test_case_files_and_reports_get_the_usual_mode(tmp_path):
+    """0666 under the umask (0644 with 022), not a temporary file's 0600."""
+    previous = os.umask(0o022)
+    try:
+        case = cases.new_case(property="p", target="t", kind="crash", failure="f", seed=1)
+        path, new = cases.write_case(case, tmp_path)
+        cases.atomic_write_json(tmp_path / "report.json", {"a": 1})
+    finally:
+        os.umask(previous)
+    assert new
+    for written in (path, tmp_path / "report.json"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o644
+
+
+def test_one_writer_claims_a_shared_case_new(tmp_path):
+    """Runs sharing --cases-dir race to save one failure: exactly one says new,
+    and no temporary file is left."""
+    case = cases.new_case(property="p", target="t", kind="crash", failure="f", seed=7)
+    start = threading.Barrier(8)
+    claims = []
+
+    def save():
+        start.wait()
+        claims.append(cases.write_case(case, tmp_path)[1])
+
+    threads = [threading.Thread(target=save) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claims) == [False] * 7 + [True]
+    assert [p.name for p in tmp_path.iterdir()] == [cases.case_filename(case)]
+
+
+def test_crash_cases_without_inputs_differ_by_seed_and_target():
+    """Serving-loop crashes no longer collapse into one file."""
+    def crash(**fields):
+        values = dict(property="serving_loop", target="triton", kind="crash",
+                      failure="worker died", seed=1, round_examples=5)
+        values.update(fields)
+        return cases.case_filename(cases.new_case(**values))
+
+    names = {crash(), crash(seed=2), crash(target="reference"), crash(kind="hang")}
+    assert len(names) == 4
+
+
+def test_serving_loop_crash_replays_from_its_seed_or_says_it_cannot():
+    """A crashed round replays from its seed and size; without them the case
+    cannot be replayed (exit 2), never an unknown property."""
+    correct = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metadata)
+    round_case = cases.new_case(property="serving_loop", target="reference", kind="crash",
+                                failure="worker died", seed=11, round_examples=3,
+                                profile="ci", steps="a round")
+    outcome = cases.replay_case(round_case, correct, "cpu", machine_factory=standin_machine)
+    assert outcome.passed, outcome.report
+    assert "seed 11" in outcome.report
+    bare = cases.new_case(property="serving_loop", target="reference", kind="crash",
+                          failure="worker died", steps="a round")
+    outcome = cases.replay_case(bare, correct, "cpu", machine_factory=standin_machine)
+    assert outcome.verdict == cases.CANNOT_REPLAY and not outcome.replayable
+
+
+def test_serving_loop_crash_case_via_the_command_line(tmp_path, capsys):
+    """``c128a replay`` of a crash case with no inputs and no seed: exit 2, the reason."""
+    case = cases.new_case(property="serving_loop", target="reference", kind="crash",
+                          failure="worker died", steps="a round")
+    path, _ = cases.write_case(case, tmp_path)
+    assert cli.main(["replay", str(path), "--device", "cpu", "--machine", MACHINE_SPEC]) == 2
+    out = capsys.readouterr()
+    assert "cannot" in (out.out + out.err).lower()
+    assert "STILL FAILS" not in out.out
+
+
+# ---------------------------------------------------------------- a hung test
+
+
+def test_hung_test_fails_by_name_and_the_run_goes_on(pytester):
+    """pytest-timeout: a test that never returns fails, named, and the tests
+    after it still run (under xdist, as users run the suite)."""
+    pytester.makepyfile(test_hangs="""
+        import time
+        import pytest
+
+        @pytest.mark.timeout(2)
+        def test_never_returns():
+            time.sleep(3600)
+
+        def test_after_it():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1", "-p", "xdist",
+                                           timeout=120)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_never_returns*"])
+    assert "Timeout" in result.stdout.str() + result.stderr.str()
+
+
+def test_the_suite_sets_a_per_test_timeout(pytestconfig):
+    """The project's own limit (pyproject.toml), generous for the interpreter."""
+    assert float(pytestconfig.getini("timeout")) >= 600
