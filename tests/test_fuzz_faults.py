@@ -290,11 +290,11 @@ def run_started(run: FuzzProcess) -> float:
 # ---------------------------------------------------------------- what a failure is
 
 
-def test_failure_outside_the_contract_is_saved_and_says_so(tmp_path, capsys):
+def test_failure_outside_the_contract_is_saved_and_says_so(tmp_path, capsys, c128a_device):
     """A policy without the 128 floor gives an unaligned width: the case is
     saved, marked outside the contract, and replays as fixed on a correct target."""
     status = cli.main([
-        "fuzz", "--target", "c128a.mutants:width_without_floor", "--device", "cpu",
+        "fuzz", "--target", "c128a.mutants:width_without_floor", "--device", c128a_device.type,
         "--max-examples", "200", "--workers", "1", "--seed", "1", "--only", "matches_oracle",
         "--no-stateful", "--no-live", "--exitfirst", "--db", "none",
         "--cases-dir", str(tmp_path / "cases"), "--report", str(tmp_path / "report.json"),
@@ -306,8 +306,9 @@ def test_failure_outside_the_contract_is_saved_and_says_so(tmp_path, capsys):
     case = cases.load_case(entry["path"])
     assert case.outside_contract and case.batch.width % 128
     assert "outside contract" in capsys.readouterr().err
-    assert cli.main(["replay", entry["path"], "--device", "cpu"]) == 1
-    assert cli.main(["replay", entry["path"], "--device", "cpu", "--target", "reference"]) == 0
+    device = ["--device", c128a_device.type]
+    assert cli.main(["replay", entry["path"], *device]) == 1
+    assert cli.main(["replay", entry["path"], *device, "--target", "reference"]) == 0
 
 
 def test_target_policy_raising_is_a_failure_with_its_blob(tmp_path, monkeypatch):
@@ -368,13 +369,16 @@ def _a_file(tmp_path: Path) -> Path:
     ids=["cases-dir-is-a-file", "cases-dir-cannot-be-made", "report-folder-unwritable",
          "report-is-a-folder", "db-cannot-be-made", "redis-does-not-answer"],
 )
-def test_bad_path_is_refused_before_any_worker_starts(tmp_path, capsys, option, value, message):
+def test_bad_path_is_refused_before_any_worker_starts(
+    tmp_path, capsys, c128a_device, option, value, message
+):
     """Exit 2 naming the option; no worker ran, no report or case written."""
     arguments = {"--cases-dir": str(tmp_path / "cases"), "--report": str(tmp_path / "r.json"),
                  "--db": str(tmp_path / "db")}
     arguments[option] = str(value(tmp_path))
-    command = ["fuzz", "--target", "reference", "--device", "cpu", "--max-examples", "5",
-               "--workers", "1", "--no-live", "--properties", FAULTS_SPEC, "--no-stateful"]
+    command = ["fuzz", "--target", "reference", "--device", c128a_device.type,
+               "--max-examples", "5", "--workers", "1", "--no-live", "--properties", FAULTS_SPEC,
+               "--no-stateful"]
     for name, given in arguments.items():
         command += [name, given]
     assert cli.main(command) == 2
@@ -466,12 +470,13 @@ def test_serving_loop_crash_replays_from_its_seed_or_says_it_cannot():
     assert outcome.verdict == cases.CANNOT_REPLAY and not outcome.replayable
 
 
-def test_serving_loop_crash_case_via_the_command_line(tmp_path, capsys):
+def test_serving_loop_crash_case_via_the_command_line(tmp_path, capsys, c128a_device):
     """``c128a replay`` of a crash case with no inputs and no seed: exit 2, the reason."""
     case = cases.new_case(property="serving_loop", target="reference", kind="crash",
                           failure="worker died", steps="a round")
     path, _ = cases.write_case(case, tmp_path)
-    assert cli.main(["replay", str(path), "--device", "cpu", "--machine", MACHINE_SPEC]) == 2
+    assert cli.main(["replay", str(path), "--device", c128a_device.type,
+                     "--machine", MACHINE_SPEC]) == 2
     out = capsys.readouterr()
     assert "cannot" in (out.out + out.err).lower()
     assert "STILL FAILS" not in out.out

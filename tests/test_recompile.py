@@ -28,15 +28,14 @@ ROWS = 320
 
 
 def _kernel_and_launch(name: str):
-    """(JIT function, launch) of the project's kernel or the width mutant."""
+    """(JIT functions, launch) of the project's kernel or the width mutant."""
     if name == "project":
         from c128a.kernels import adaptive
 
-        return adaptive.c128a_topk_kernel, adaptive.launch
+        return adaptive.jit_functions, adaptive.launch
     from c128a.kernels.mutants import width_specialised
 
-    (jit_kernel,) = width_specialised.jit_functions
-    return jit_kernel, width_specialised.launch
+    return width_specialised.jit_functions, width_specialised.launch
 
 
 def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table):
@@ -54,13 +53,16 @@ def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, pre
     )
 
 
-def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int, int]:
-    """Warm ``name``'s kernel once at the largest width, then launch it at
-    every reachable width with varied token counts, buffer row strides and
-    block-table strides: (variants after warm-up, variants after the sweep)."""
+def compiled_variants_around_sweep(jit_functions, launch, device: torch.device) -> tuple[int, int]:
+    """Warm the kernel once at the largest width, then ``launch`` it (a
+    :class:`~c128a.contract.BuildArgs` callable) at every reachable width with
+    varied token counts, buffer row strides and block-table strides:
+    (variants of ``jit_functions`` after warm-up, after the sweep)."""
     from c128a.kernels.compiled import compiled_variant_count
 
-    jit_kernel, launch = _kernel_and_launch(name)
+    def variants() -> int:
+        return sum(compiled_variant_count(f, device) for f in jit_functions)
+
     pages = CAPACITY // BLOCK_SIZE
     dense = torch.zeros(ROWS, CAPACITY, dtype=torch.int32, device=device)
     padded = torch.zeros(ROWS, CAPACITY + 3, dtype=torch.int32, device=device)[:, :CAPACITY]
@@ -74,7 +76,7 @@ def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int
 
     launch(_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
     torch.cuda.synchronize(device)
-    warmed = compiled_variant_count(jit_kernel, device)
+    warmed = variants()
 
     token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33)]
     for width in policy.reachable_widths(CAPACITY):
@@ -85,12 +87,12 @@ def compiled_variants_around_sweep(name: str, device: torch.device) -> tuple[int
                         device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table
                     ))
     torch.cuda.synchronize(device)
-    return warmed, compiled_variant_count(jit_kernel, device)
+    return warmed, variants()
 
 
 @pytest.mark.cuda
 def test_warmed_kernel_never_recompiles(c128a_device):
-    warmed, after = compiled_variants_around_sweep("project", c128a_device)
+    warmed, after = compiled_variants_around_sweep(*_kernel_and_launch("project"), c128a_device)
     assert warmed >= 1, "the compiled-variant count saw no variant after the warm-up launch"
     assert after == warmed, (
         f"the kernel compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}: "
@@ -100,10 +102,29 @@ def test_warmed_kernel_never_recompiles(c128a_device):
 
 @pytest.mark.cuda
 def test_width_specialised_mutant_is_caught_by_compile_counting(c128a_device):
-    warmed, after = compiled_variants_around_sweep("width_specialised", c128a_device)
+    warmed, after = compiled_variants_around_sweep(
+        *_kernel_and_launch("width_specialised"), c128a_device
+    )
     assert after > warmed, (
         f"a kernel with the width as tl.constexpr compiled no new variant ({warmed} -> {after}); "
         "the compile count cannot see width specialisation"
+    )
+
+
+@pytest.mark.cuda
+def test_selected_target_never_recompiles(c128a_target, c128a_device):
+    """The same sweep through the selected target's own builder (its
+    validation and launch included), counting the JIT functions it names."""
+    if not c128a_target.jit_functions:
+        pytest.skip(f"target {c128a_target} names no jit_functions: its compiles cannot be "
+                    "counted (a target exposes the Triton functions it launches as jit_functions)")
+    warmed, after = compiled_variants_around_sweep(
+        c128a_target.jit_functions, lambda args: c128a_target.build_c128a_topk_metadata(*args),
+        c128a_device,
+    )
+    assert warmed >= 1, f"no compiled variant of {c128a_target}'s jit_functions after warm-up"
+    assert after == warmed, (
+        f"{c128a_target} compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}"
     )
 
 
@@ -198,3 +219,12 @@ def test_width_specialised_mutant_is_exact_in_values(batch, c128a_device):
     want = build(oracle, batch, c128a_device).buffers
     for name, g, w in zip(("global_decode", "decode_lens", "prefill"), got.as_tuple(), want.as_tuple()):
         assert torch.equal(g, w), f"{name} differs from the oracle at W={batch.width}"
+
+
+def test_project_kernel_target_names_its_jit_functions():
+    """The `triton` target exposes what it launches, so the recompile sweep
+    through any target (above) covers it too."""
+    from c128a.kernels import adaptive
+    from c128a.targets import load_target
+
+    assert load_target("triton").jit_functions == (adaptive.c128a_topk_kernel,)

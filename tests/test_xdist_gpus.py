@@ -21,11 +21,44 @@ def fake_config(device=None, numprocesses=None):
     return types.SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
 
 
-@pytest.mark.parametrize("count, expected", [(8, 8), (1, 1), (0, None)])
-def test_auto_means_one_worker_per_gpu(monkeypatch, count, expected):
+@pytest.mark.parametrize(
+    "count, cores, memory_gib, expected",
+    [(1, 16, 139.0, 16), (8, 16, 139.0, 16), (2, 16, 10.0, 4), (1, 16, None, 16),
+     (4, 2, 80.0, 4), (0, 16, 139.0, None)],
+    ids=["one-gpu-16-cores", "8-gpus-16-cores", "memory-caps", "memory-unknown",
+         "fewer-cores-than-gpus", "no-gpu"],
+)
+def test_auto_shares_each_gpu_among_the_cores(monkeypatch, count, cores, memory_gib, expected):
+    """-n auto: about one worker per core, spread over the GPUs, at most
+    WORKER_GPU_MEMORY_GIB each, at least one per GPU."""
     monkeypatch.delenv("C128A_DEVICE", raising=False)
+    monkeypatch.delenv(gpus.WORKERS_PER_GPU_ENV, raising=False)
     monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: count)
+    monkeypatch.setattr(gpus, "usable_cores", lambda: cores)
+    monkeypatch.setattr(gpus, "_smallest_gpu_memory_gib", lambda: memory_gib)
     assert pytest_xdist_auto_num_workers(fake_config()) == expected
+
+
+def test_workers_per_gpu_from_the_environment(monkeypatch):
+    monkeypatch.delenv("C128A_DEVICE", raising=False)
+    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 2)
+    monkeypatch.setenv(gpus.WORKERS_PER_GPU_ENV, "3")
+    assert pytest_xdist_auto_num_workers(fake_config()) == 6
+    monkeypatch.setenv(gpus.WORKERS_PER_GPU_ENV, "many")
+    with pytest.raises(pytest.UsageError, match="C128A_WORKERS_PER_GPU='many' must be an integer"):
+        pytest_xdist_auto_num_workers(fake_config())
+
+
+def test_fuzz_defaults_share_the_gpus_the_same_way(monkeypatch):
+    from c128a.runners.fuzz import config
+
+    monkeypatch.setattr(config, "visible_gpu_count", lambda env=None: 2)
+    monkeypatch.setattr(gpus, "usable_cores", lambda: 16)
+    monkeypatch.setattr(gpus, "_smallest_gpu_memory_gib", lambda: 139.0)
+    monkeypatch.delenv(gpus.WORKERS_PER_GPU_ENV, raising=False)
+    assert config.default_workers("cuda") == (16, 2)
+    monkeypatch.setattr(config, "visible_gpu_count", lambda env=None: 0)
+    assert config.default_workers("cuda") == (1, 0)
 
 
 def test_auto_on_cpu_keeps_xdist_default(monkeypatch):
@@ -62,7 +95,10 @@ def test_malformed_worker_id_is_a_usage_error():
 
 
 def test_header_names_each_workers_gpu():
-    assert xdist_gpu_line(3, ["4", "5"]) == "c128a xdist GPUs: gw0->GPU 4, gw1->GPU 5, gw2->GPU 4"
+    assert xdist_gpu_line(2, ["4", "5"]) == "c128a xdist GPUs: gw0->GPU 4, gw1->GPU 5"
+    assert xdist_gpu_line(3, ["4", "5"]) == (
+        "c128a xdist GPUs (3 workers sharing 2): GPU 4: gw0, gw2; GPU 5: gw1"
+    )
 
 
 def test_controller_exports_gpu_count_only_for_gpu_runs_with_workers(monkeypatch):

@@ -19,6 +19,7 @@ from .one_build import (
     decode_width,
     expected_result,
 )
+from .prior_content import check_history_independent, earlier_step, fill_seed
 from .properties import PROPERTIES, Property
 from .width_policy import CAPTURE_OVERSHOOT, check_width_policy, contract_capacity, contract_width
 
@@ -30,6 +31,7 @@ __all__ = [
     "Property",
     "applicable_bad_inputs",
     "check_adaptive_equals_full",
+    "check_history_independent",
     "check_idempotent",
     "check_independent",
     "check_matches_oracle",
@@ -42,7 +44,9 @@ __all__ = [
     "contract_capacity",
     "contract_width",
     "decode_width",
+    "earlier_step",
     "expected_result",
+    "fill_seed",
     "permuted_batch",
     "rotated_table_batch",
     "sub_batch",

@@ -39,13 +39,16 @@ def expected_result(batch: Batch, width: int, device, decode_columns: int | None
     return Views(decode_source.views[0], adaptive.views[1], adaptive.views[2])
 
 
-def check_matches_oracle(target, result: BuildResult) -> None:
+def check_matches_oracle(target, result: BuildResult, expected: Views | None = None) -> None:
     """Invariant: the build equals the oracle on the written region, both in
-    the returned views and in the buffers read at their own row stride."""
+    the returned views and in the buffers read at their own row stride.
+    ``expected`` is the oracle's :func:`expected_result` when already known."""
     batch, width = result.batch, result.width
     columns = decode_width(target, result)
     device = result.buffers.global_decode.device
-    decode, lens, prefill = expected_result(batch, width, device, columns)
+    if expected is None:
+        expected = expected_result(batch, width, device, columns)
+    decode, lens, prefill = expected
     d, t = batch.num_decode_tokens, batch.num_tokens
     buffers = result.buffers
     stride_note = " (read at the buffer's row stride, as a consumer does)"

@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from hypothesis import event, example, given, seed as use_seed, target as hypothesis_target
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
+from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from ..step import Batch, Buffers, build
@@ -37,6 +38,7 @@ from .one_build import (
     check_untouched_memory,
     check_views,
 )
+from .prior_content import check_history_independent
 from .width_policy import check_width_policy
 
 __all__ = ["PROPERTIES", "Property"]
@@ -145,6 +147,17 @@ def steps_with_decode(target, max_tokens: int | None = None) -> SearchStrategy[B
     return batches(target, min_decode_requests=1, **_token_budget(max_tokens))
 
 
+def views_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    # Half the steps speculative with more decode rows than one 64-row block
+    # (vllm#53574: a consumer checks contiguity only above 64 rows).
+    many = max(max_tokens or 0, 96)
+    return st.one_of(
+        engine_steps(target, max_tokens),
+        batches(target, max_tokens=many, min_decode_requests=12, max_decode_requests=16,
+                max_prefill_requests=1, max_prefill_chunk=8),
+    )
+
+
 def policy_width_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
     # Two builds, one at the full capacity (up to 8,192 columns): fewer tokens.
     return batches(target, widths="policy", **_token_budget(max_tokens, default=16))
@@ -152,6 +165,16 @@ def policy_width_steps(target, max_tokens: int | None = None) -> SearchStrategy[
 
 def other_geometry_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
     return batches(target, geometries=True, **_token_budget(max_tokens))
+
+
+def history_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+    """Engine steps (widths "any": a W below C leaves the earlier, wider step's
+    columns [W, C) behind). The pair a build is judged on, the step and the
+    earlier step built into its memory before it, is derived from the one
+    drawn step (:func:`~c128a.checks.prior_content.earlier_step`), and so is
+    the random prior content's seed: the saved Batch alone replays all of it.
+    Five builds an example: fewer tokens by default."""
+    return batches(target, **_token_budget(max_tokens, default=16))
 
 
 def model_lengths(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
@@ -215,7 +238,7 @@ PROPERTIES: dict[str, Property] = {
     for prop in (
         _property("matches_oracle", _matches_oracle, invariant=check_matches_oracle),
         _property("adaptive_equals_full", check_adaptive_equals_full, policy_width_steps),
-        _property("views", _views, invariant=check_views),
+        _property("views", _views, views_steps, invariant=check_views),
         _property("untouched_memory", _untouched_memory, invariant=check_untouched_memory),
         _property("padding", _padding, invariant=check_padding),
         _property("idempotent", check_idempotent),
@@ -226,6 +249,7 @@ PROPERTIES: dict[str, Property] = {
         ),
         _property("width_policy", _width_policy, model_lengths, invariant=check_width_policy),
         _property("other_geometries", _other_geometries, other_geometry_steps),
+        _property("history_independent", check_history_independent, history_steps),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""

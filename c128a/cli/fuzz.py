@@ -33,7 +33,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="seed of the whole run (default: random, reported)")
     parser.add_argument(
         "--workers", type=int, metavar="K",
-        help="worker processes (default: one per GPU on CUDA, one per core on the CPU)",
+        help="worker processes (default: about one per core, on CUDA shared among the GPUs; "
+        "$C128A_WORKERS_PER_GPU sets the share)",
     )
     parser.add_argument("--db", metavar="PATH|redis://HOST:PORT/N",
                         help=f"Hypothesis example database (default {DEFAULT_DB}; 'none' for none)")

@@ -289,7 +289,7 @@ def launch(args: BuildArgs) -> None:
     )
 
 
-JIT_FUNCTIONS = (c128a_topk_kernel,)
+jit_functions = (c128a_topk_kernel,)
 """The Triton functions this target launches (the recompile check counts their variants)."""
 
 build_c128a_topk_metadata = triton_builder(launch)

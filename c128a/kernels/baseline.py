@@ -90,7 +90,7 @@ def launch(args: BuildArgs) -> None:
     )
 
 
-JIT_FUNCTIONS = (baseline_topk_kernel,)
+jit_functions = (baseline_topk_kernel,)
 """The Triton functions this target launches."""
 
 build_c128a_topk_metadata = triton_builder(launch)

@@ -3,12 +3,13 @@
 Each mutant has exactly one fault and reproduces one bug class of the
 contract's table; ``c128a.mutants:NAME`` is its target spec. They are pure
 torch on top of the oracle's arithmetic: fast, and runnable on CPU and CUDA
-tensors alike. Builder faults live in :mod:`.builders`, width-policy faults
-in :mod:`.policies`; :data:`MUTANTS` describes each. (A fault only a compiled
+tensors alike. Builder faults live in :mod:`.builders`, faults of a builder that
+remembers its earlier calls in :mod:`.stateful`, width-policy faults in
+:mod:`.policies`; :data:`MUTANTS` describes each. (A fault only a compiled
 kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
 """
 
-from . import builders, policies  # noqa: F401  (they register the mutants)
+from . import builders, policies, stateful  # noqa: F401  (they register the mutants)
 from .registry import MUTANTS, Mutant
 
 __all__ = ["MUTANTS", "Mutant"]

@@ -297,3 +297,43 @@ def _build_assumes_engine_geometry(args: BuildArgs) -> Views:
     validated(args)
     engine = args._replace(compress_ratio=COMPRESS_RATIO, block_size=BLOCK_SIZE)
     return write_and_return(args, rows_of(engine))
+
+
+@builder_mutant(
+    "treats only slot -1 as padding (tests slot_mapping == -1, not < 0): a padding "
+    "token with slot -2 or int64's minimum gets its real length",
+    "padding tokens",
+    ("matches_oracle", "padding"),
+)
+def _build_padding_is_minus_one(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args, zero_padding_lens=False)
+    padding = args.slot_mapping[: args.num_decode_tokens] == -1
+    return write_and_return(args, (decode, torch.where(padding, 0, lens), prefill))
+
+
+@builder_mutant(
+    "writes decode rows in one block of 64 and drops the rows past it: wrong only "
+    "with more than 64 decode rows (speculative decoding)",
+    "more than 64 decode rows",
+    ("matches_oracle",),
+)
+def _build_drops_decode_rows_past_64(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    write(args, decode[:64], lens[:64], prefill)
+    return returned_views(args)
+
+
+@builder_mutant(
+    "returns at once, writing nothing, when every token's length is 0 (all "
+    "positions < R - 1), as if there were nothing to attend to",
+    "all lengths zero",
+    ("matches_oracle",),
+)
+def _build_skips_all_zero_lengths(args: BuildArgs) -> Views:
+    validated(args)
+    lengths = attended_lengths(args.positions, args.compress_ratio, args.max_compressed_tokens)
+    if args.num_tokens and int(lengths.max()) == 0:
+        return returned_views(args)
+    return write_and_return(args, rows_of(args))

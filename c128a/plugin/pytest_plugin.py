@@ -87,12 +87,21 @@ def _device_choice(config: pytest.Config) -> str | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` on a GPU machine: one worker per GPU, not one per core."""
+    """``-n auto`` on a GPU machine: several workers per GPU (about one per
+    CPU core, capped by GPU memory; ``$C128A_WORKERS_PER_GPU`` sets it), each
+    pinned to one GPU round-robin."""
     if _device_choice(config) == "cpu":
         return None
-    from c128a.runners.gpus import visible_gpu_count
+    from c128a.failures import GpuPinningError
+    from c128a.runners.gpus import visible_gpu_count, workers_per_gpu
 
-    return visible_gpu_count() or None
+    count = visible_gpu_count()
+    if not count:
+        return None
+    try:
+        return count * workers_per_gpu(count)
+    except GpuPinningError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from exc
 
 
 def xdist_worker_index(worker_id: str) -> int:
@@ -118,13 +127,20 @@ def pin_xdist_worker(env=os.environ) -> str | None:
 
 
 def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
-    """Header line: which worker runs on which GPU."""
+    """Header line: which worker runs on which GPU (per GPU, once several share one)."""
     from c128a.runners.gpus import gpu_for_worker
 
-    pairs = ", ".join(
-        f"gw{i}->GPU {visible[gpu_for_worker(i, len(visible))]}" for i in range(num_workers)
-    )
-    return f"c128a xdist GPUs: {pairs}"
+    if num_workers <= len(visible):
+        pairs = ", ".join(
+            f"gw{i}->GPU {visible[gpu_for_worker(i, len(visible))]}" for i in range(num_workers)
+        )
+        return f"c128a xdist GPUs: {pairs}"
+    shares = [
+        f"GPU {gpu}: " + ", ".join(f"gw{i}" for i in range(num_workers)
+                                  if gpu_for_worker(i, len(visible)) == index)
+        for index, gpu in enumerate(visible)
+    ]
+    return f"c128a xdist GPUs ({num_workers} workers sharing {len(visible)}): " + "; ".join(shares)
 
 
 def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str | None:

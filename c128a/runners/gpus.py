@@ -110,3 +110,55 @@ def pin_to_gpu(index: int, env: MutableMapping[str, str] = os.environ) -> str:
         physical = listed[index]
     env[VISIBLE_ENV] = physical
     return physical
+
+
+WORKERS_PER_GPU_ENV = "C128A_WORKERS_PER_GPU"
+WORKER_GPU_MEMORY_GIB = 4
+"""What one worker may hold on its GPU: a CUDA context, 1M-context buffers,
+Triton's and the caching allocator's memory."""
+
+
+def usable_cores() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _smallest_gpu_memory_gib() -> float | None:
+    """The smallest visible GPU's memory, from ``nvidia-smi`` (no CUDA context)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        listing = subprocess.run(
+            [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+        sizes = [float(line) / 1024 for line in listing.split() if line.strip()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return min(sizes) if sizes else None
+
+
+def workers_per_gpu(gpu_count: int, env: MutableMapping[str, str] | None = None) -> int:
+    """How many worker processes share each GPU by default: ``$C128A_WORKERS_PER_GPU``,
+    else about one per CPU core (the suite's examples are bound by the CPU:
+    drawing, the oracle, comparisons), capped by what fits in GPU memory
+    (:data:`WORKER_GPU_MEMORY_GIB` each)."""
+    env = os.environ if env is None else env
+    given = env.get(WORKERS_PER_GPU_ENV)
+    if given:
+        try:
+            value = int(given)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise GpuPinningError(f"${WORKERS_PER_GPU_ENV}={given!r} must be an integer >= 1")
+        return value
+    if gpu_count < 1:
+        raise GpuPinningError(f"gpu_count={gpu_count!r} must be >= 1")
+    by_cores = max(usable_cores() // gpu_count, 1)
+    memory = _smallest_gpu_memory_gib()
+    by_memory = max(int(memory // WORKER_GPU_MEMORY_GIB), 1) if memory else by_cores
+    return min(by_cores, by_memory)

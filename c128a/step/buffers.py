@@ -64,6 +64,18 @@ class Buffers:
     def clone(self) -> "Buffers":
         return Buffers(self.global_decode.clone(), self.decode_lens.clone(), self.prefill.clone())
 
+    def fill_(self, value: int) -> "Buffers":
+        """Every element of every buffer set to ``value``, in place (same memory)."""
+        for buffer in self.as_tuple():
+            buffer.fill_(value)
+        return self
+
+    def copy_(self, other: "Buffers") -> "Buffers":
+        """``other``'s contents copied in, in place (same memory, any device)."""
+        for buffer, source in zip(self.as_tuple(), other.as_tuple()):
+            buffer.copy_(source)
+        return self
+
     def as_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.global_decode, self.decode_lens, self.prefill
 

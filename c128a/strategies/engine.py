@@ -19,6 +19,7 @@ observations from the step's labels (:mod:`c128a.checks.properties`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -62,6 +63,13 @@ EDGE_MAX_MODEL_LENS = (
 """Model lengths where capacities and widths have broken before. The first
 is what shrinking aims for: a capacity above the smallest width, so a build
 at W = 128 leaves columns that must stay untouched."""
+
+PADDING_SLOTS = (-1, -1, -1, -1, -2, -2, -(2**31) - 1, -(2**63))
+"""The negative slots padding tokens carry, drawn uniformly: the engine's -1
+half the time (and first: what shrinking aims for), else others every
+implementation must treat the same (the contract says ``slot_mapping < 0``):
+the next one, one past int32's range (a builder that narrows slots to int32
+sees a large positive slot) and int64's minimum."""
 
 WIDTHS = ("any", "policy")
 
@@ -356,20 +364,26 @@ def _batches(
 
     # CUDA-graph padding at the tail: stale copies of real tokens' positions
     # and requests, slot -1. In a decode-only step they are decode tokens.
-    tail = layout.uint(1) % (MAX_QUERY_TOKENS_PER_DECODE + 1)
+    # The count's byte also picks the padding slot (PADDING_SLOTS; -1 for
+    # small bytes): one byte, so saved byte strings keep their meaning.
+    tail_byte = layout.uint(1)
+    tail = tail_byte % (MAX_QUERY_TOKENS_PER_DECODE + 1)
+    tail_slot = PADDING_SLOTS[tail_byte // (MAX_QUERY_TOKENS_PER_DECODE + 1) % len(PADDING_SLOTS)]
     pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
     tail = tail if padding and real_tokens else 0
     tail_padding = []
     for start in range(0, tail * PAD_BYTES, PAD_BYTES):
         source = uint(pads[start : start + 2]) % real_tokens
         position = uint(pads[start + 2 : start + PAD_BYTES]) % (real_positions[source] + 1)
-        tail_padding.append(PaddingToken(position, real_requests[source]))
-    inside_count = layout.uint(1) % (MAX_INSIDE_PADDING + 1)
+        tail_padding.append(PaddingToken(position, real_requests[source], tail_slot))
+    inside_byte = layout.uint(1)
+    inside_count = inside_byte % (MAX_INSIDE_PADDING + 1)
+    inside_slot = PADDING_SLOTS[inside_byte // (MAX_INSIDE_PADDING + 1) % len(PADDING_SLOTS)]
     picks = layout.take(MAX_INSIDE_PADDING * INDEX_BYTES)
     inside: dict[int, int] = {}
     if padding and real_tokens:
         for start in range(0, inside_count * INDEX_BYTES, INDEX_BYTES):
-            inside.setdefault(uint(picks[start : start + INDEX_BYTES]) % real_tokens, -1)
+            inside.setdefault(uint(picks[start : start + INDEX_BYTES]) % real_tokens, inside_slot)
     junk_count = layout.uint(1) % (MAX_JUNK_SLOTS + 1)
     junk_slots = layout.take(MAX_JUNK_SLOTS * SLOT_BYTES)
     extra_slots = [
@@ -400,7 +414,7 @@ def _batches(
     )
     if geometries:
         labels += (f"R={ratio}, B={block_size}",)
-    return assemble_batch(
+    batch = assemble_batch(
         [r.step() for r in decode],
         [r.step() for r in prefill],
         block_table=table,
@@ -417,6 +431,22 @@ def _batches(
         block_size=block_size,
         labels=labels,
     )
+    return dataclasses.replace(batch, labels=labels + shape_labels(batch))
+
+
+def shape_labels(batch: Batch) -> tuple[str, ...]:
+    """Shapes that broke consumers upstream, for ``event()``: padding slots
+    other than -1, more than 64 decode rows (vllm#53574: a consumer checks
+    contiguity only above 64 rows), every length 0 (vllm#51970)."""
+    labels = ()
+    slots = batch.slot_mapping[: batch.num_tokens]
+    if any(s < -1 for s in slots):
+        labels += ("padding slot < -1",)
+    if batch.num_decode_tokens > 64:
+        labels += ("more than 64 decode rows",)
+    if batch.num_tokens and max(batch.positions) + 1 < batch.compress_ratio:
+        labels += ("every length 0",)
+    return labels
 
 
 def _labels(

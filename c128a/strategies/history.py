@@ -15,6 +15,7 @@ def engine_batch(
     max_model_len: int = 81_920,
     tail_padding: int = 0,
     inside_padding: tuple[int, ...] = (),
+    padding_slot: int = -1,
     table_row_stride: int = 0,
     buffer_rows: int | None = None,
     prefill_extra_columns: int = 0,
@@ -27,8 +28,8 @@ def engine_batch(
     ``decode`` and ``prefill`` list requests as ``(seq_len, query_len)``;
     tokens are each request's last ``query_len`` positions, decode first.
     Tail padding tokens repeat the last real token's position and request
-    with slot -1 (decode tokens when there is no prefill); ``inside_padding``
-    gives real tokens slot -1. The prefill buffer is ``prefill_extra_columns``
+    with ``padding_slot`` (decode tokens when there is no prefill);
+    ``inside_padding`` gives real tokens that slot. The prefill buffer is ``prefill_extra_columns``
     wider than the decode buffer. Page numbers are unique and in reverse order,
     one spare junk column per row. The capacity and width come from
     ``target``'s policy (the project's when None) unless ``width`` is given.
@@ -47,7 +48,7 @@ def engine_batch(
         )
     real = sum(q for _, q in [*decode, *prefill])
     last = (requests[-1].positions[-1], len(requests) - 1) if requests else (0, 0)
-    padding = [PaddingToken(*last)] * tail_padding
+    padding = [PaddingToken(*last, padding_slot)] * tail_padding
     needs = [pages_for(s) for s, _ in decode]
     total, first = sum(needs), 0
     columns = max(needs, default=0) + 1
@@ -64,7 +65,7 @@ def engine_batch(
         width=width,
         buffer_rows=buffer_rows if buffer_rows is not None else max(real + tail_padding + 3, 1),
         tail_padding=padding,
-        padded_tokens={t: -1 for t in inside_padding},
+        padded_tokens={t: padding_slot for t in inside_padding},
         block_table_row_stride=table_row_stride,
         prefill_extra_columns=prefill_extra_columns,
         labels=labels,
@@ -118,6 +119,21 @@ def _historical_batches() -> dict[str, Batch]:
         "prefill_buffer_wider": engine_batch(
             [(600, 1)], [(5 * 128, 3)], prefill_extra_columns=128
         ),
+        # Padding slots other than -1: any negative slot is padding.
+        "padding_slot_minus_two": engine_batch(
+            [(5 * 128, 1), (3 * 128, 2)], tail_padding=2, inside_padding=(0,), padding_slot=-2
+        ),
+        "padding_slot_int64_min": engine_batch(
+            [(4 * 128, 2)], [(300, 1)], tail_padding=1, inside_padding=(1,),
+            padding_slot=-(2**63),
+        ),
+        # Speculative decoding past 64 decode rows (vllm#53574: a consumer
+        # checks contiguity only above 64 rows): 9 requests of 8 tokens.
+        "more_than_64_decode_rows": engine_batch(
+            [((3 + k) * 128 + k, 8) for k in range(9)], [(400, 2)]
+        ),
+        # Every position < 127: every length 0, the rows all -1 (vllm#51970).
+        "every_length_zero": engine_batch([(100, 1), (127, 2)], [(50, 3)], tail_padding=1),
         "no_tokens": engine_batch(),
         "no_decode": engine_batch(prefill=[(600, 4), (128, 1)]),
         "no_prefill": engine_batch([(600, 1), (1_000, 3)]),

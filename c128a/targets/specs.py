@@ -6,6 +6,9 @@ Specs (the same for pytest's ``--c128a-target``, ``C128A_TARGET`` and the CLI's
 - ``triton`` (default): the project's kernel, :mod:`c128a.kernels.adaptive`;
 - ``reference``: the oracle, :mod:`c128a.contract.oracle`;
 - ``vllm``: vLLM's builder from ``vllm.models.deepseek_v4.sparse_mla``;
+- ``vllm-release:VERSION`` or ``vllm-release:PATH``: the builder as a vLLM
+  release's wheel ships it, read without installing vLLM
+  (:mod:`c128a.targets.vllm_release`);
 - ``MODULE:ATTR`` or ``MODULE``: any importable object with a
   ``build_c128a_topk_metadata`` callable (vLLM's signature) and the optional
   attributes :class:`~c128a.targets.target.Target` reads.
@@ -21,6 +24,7 @@ import os
 
 from ..failures import TargetSpecError, TargetUnavailable, UsageError
 from .target import Target
+from .vllm_release import is_vllm_release_spec, load_vllm_release
 
 TARGET_ENV = "C128A_TARGET"
 DEFAULT_TARGET = "triton"
@@ -68,6 +72,8 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
 def load_target(spec: str) -> Target:
     """Import the target named by ``spec`` and check its shape."""
     spec = spec.strip()
+    if is_vllm_release_spec(spec):
+        return load_vllm_release(spec)
     if spec == "vllm":
         try:
             module = importlib.import_module(VLLM_MODULE)

@@ -16,7 +16,8 @@ class Target:
     """The builder under test, its width policy (the project's where it brings
     none), and its declarations: ``validates_input`` (bad input raises
     ``ValueError``), ``full_width_decode_views`` (decode views at W = C,
-    contiguous)."""
+    contiguous), ``jit_functions`` (its Triton JIT functions, where it names
+    them: for counting compiled variants)."""
 
     spec: str
     build_c128a_topk_metadata: Callable
@@ -25,6 +26,7 @@ class Target:
     validates_input: bool = True
     full_width_decode_views: bool = False
     uses_project_policy: bool = True
+    jit_functions: tuple = ()
 
     def __str__(self) -> str:
         return self.spec
@@ -52,6 +54,7 @@ class Target:
             build_c128a_topk_metadata=build,
             validates_input=bool(getattr(obj, "validates_input", True)),
             full_width_decode_views=bool(getattr(obj, "full_width_decode_views", False)),
+            jit_functions=tuple(getattr(obj, "jit_functions", None) or ()),
             uses_project_policy=not own_policy,
             **own_policy,
         )

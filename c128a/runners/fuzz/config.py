@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
 import random
 import tempfile
 import tomllib
@@ -15,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ...checks.profiles import PROFILES
-from ...failures import CaseError, UsageError
+from ...failures import CaseError, GpuPinningError, UsageError
 from ...step.schema import read_value, type_hints
 from ...targets import import_object
 from ..cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES, SERVING_LOOP
-from ..gpus import visible_gpu_count
+from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
 
 DEFAULT_DB = ".hypothesis/fuzz"
 DEFAULT_MINUTES = 1.0
@@ -138,15 +137,18 @@ def derive_seed(seed: int, *parts: int) -> int:
 
 
 def default_workers(device: str) -> tuple[int, int]:
-    """(workers, GPUs): one per visible GPU on CUDA, one per usable core on the CPU."""
+    """(workers, GPUs): on CUDA, several per visible GPU (as ``pytest -n auto``:
+    :func:`~c128a.runners.gpus.workers_per_gpu`), pinned round-robin; one per
+    usable core on the CPU."""
     if device == "cuda":
         gpus = visible_gpu_count()
-        return max(gpus, 1), gpus
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(cores, 1), 0
+        if not gpus:
+            return 1, 0
+        try:
+            return gpus * workers_per_gpu(gpus), gpus
+        except GpuPinningError as exc:
+            raise UsageError(str(exc)) from exc
+    return usable_cores(), 0
 
 
 def resolve(options: FuzzOptions, *, target: str, device: str) -> FuzzConfig:

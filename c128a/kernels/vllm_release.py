@@ -1,0 +1,362 @@
+"""vLLM's C128A builder from a release's source, without vLLM.
+
+:func:`make_extract` reads the text of a vLLM module that defines
+``build_c128a_topk_metadata`` (``vllm/models/deepseek_v4/sparse_mla.py`` in
+0.33 and 0.34) and selects, with :mod:`ast`, the top-level definitions the
+function needs, transitively: the function itself, the launcher object it
+calls and its class (with its ``@triton.jit`` kernel), the Triton kernels
+and helpers they name, and the module-level constants they read. Every other
+name they use must be a builtin, a standard-library import (kept), or one of
+the stand-ins of :mod:`c128a.kernels.vllm_shims` (``triton``, ``tl``,
+``torch``, ``cdiv``, ``current_platform``, vLLM's launch helpers); anything
+else is reported as a change of the source's layout, naming what is missing.
+
+:func:`write_extract` writes the selection, verbatim and in source order,
+under a header saying where it came from, to a real ``.py`` file (Triton's
+JIT reads a kernel's source back from its file), and :func:`load_extract`
+imports that file with :mod:`importlib` and returns the target namespace:
+``build_c128a_topk_metadata``, ``jit_functions`` (the extract's Triton
+functions), ``validates_input = False`` (vLLM checks with ``assert``) and
+``full_width_decode_views`` (vLLM returns full-width decode views on
+compute capability 12.x).
+
+The spec ``vllm-release:VERSION|PATH`` (:mod:`c128a.targets.vllm_release`)
+finds the source and the cache; this module runs the extract, so it is
+imported only after the device is chosen.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+from triton.runtime.jit import KernelInterface
+
+from ..contract import BUILD_FUNCTION
+from . import vllm_shims
+
+EXTRACT_FORMAT = "1"
+"""Bump when the extract's layout or the stand-ins change: cached extracts
+of another format are rebuilt."""
+HEADER_PREFIX = "# c128a-"
+FORMAT_KEY = "extract-format"
+SUPPLIED_ROOTS = frozenset({"vllm", "torch", "triton"})
+"""Modules whose names an extract may take from the stand-ins."""
+
+
+class ExtractError(Exception):
+    """The source cannot be reduced to a loadable extract: the function is
+    missing, or the definitions it needs name something neither vLLM's file
+    nor the stand-ins define. ``missing`` says what."""
+
+    def __init__(self, message: str, missing: tuple[str, ...] = ()):
+        self.missing = missing
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Extract:
+    """The selected definitions of one source, ready to be written."""
+
+    text: str
+    selected: tuple[str, ...]
+    supplied: tuple[str, ...]
+    kept_imports: tuple[str, ...]
+    header: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- reading the source
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    """Every name bound anywhere inside ``node`` (arguments, assignments,
+    definitions, loop and comprehension targets, imports, ``except``/``as``)."""
+    names: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
+            names.add(child.id)
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(child.name)
+        elif isinstance(child, ast.arg):
+            names.add(child.arg)
+        elif isinstance(child, ast.alias):
+            names.add((child.asname or child.name).split(".")[0])
+        elif isinstance(child, ast.ExceptHandler) and child.name:
+            names.add(child.name)
+        elif isinstance(child, (ast.MatchAs, ast.MatchStar)) and child.name:
+            names.add(child.name)
+    return names
+
+
+def _free_names(node: ast.AST) -> set[str]:
+    """Names ``node`` reads that it does not bind itself (an over-approximation
+    of what it binds, so a name both read and bound somewhere inside counts as
+    its own), builtins left out."""
+    read = {
+        child.id
+        for child in ast.walk(node)
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
+    }
+    return read - _bound_names(node) - set(dir(builtins))
+
+
+def _defined_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [
+            target.id
+            for candidate in node.targets
+            for target in ast.walk(candidate)
+            if isinstance(target, ast.Name)
+        ]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+        return [node.target.id]
+    return []
+
+
+@dataclass(frozen=True)
+class _Import:
+    module: str  # "" for ``import X``
+    name: str
+    asname: str | None
+
+    @property
+    def root(self) -> str:
+        return (self.module or self.name).split(".")[0]
+
+    def statement(self) -> str:
+        alias = f" as {self.asname}" if self.asname else ""
+        if self.module:
+            return f"from {self.module} import {self.name}{alias}"
+        return f"import {self.name}{alias}"
+
+    def origin(self) -> str:
+        return f"{self.module}.{self.name}" if self.module else self.name
+
+
+def _top_level(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, _Import], bool]:
+    """(definitions by name, imports by bound name, whether the source uses
+    ``from __future__ import annotations``) of the module's top level."""
+    definitions: dict[str, ast.stmt] = {}
+    imports: dict[str, _Import] = {}
+    future = False
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if module == "__future__":
+                future = future or any(alias.name == "annotations" for alias in node.names)
+                continue
+            for alias in node.names:
+                imports[alias.asname or alias.name] = _Import(module, alias.name, alias.asname)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                name = alias.name if alias.asname else bound
+                imports[bound] = _Import("", name, alias.asname)
+        else:
+            for name in _defined_names(node):
+                definitions[name] = node
+    return definitions, imports, future
+
+
+def defines_builder(source: str) -> bool:
+    """Whether ``source`` defines ``build_c128a_topk_metadata`` at its top level."""
+    if f"def {BUILD_FUNCTION}" not in source:
+        return False
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == BUILD_FUNCTION
+        for node in tree.body
+    )
+
+
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    return "".join(lines[first - 1 : node.end_lineno])
+
+
+def make_extract(source: str, origin: str, header: dict[str, str] | None = None) -> Extract:
+    """The extract of ``build_c128a_topk_metadata`` from ``source`` (the text
+    of the vLLM module ``origin`` names, for messages and the header);
+    :class:`ExtractError` when the function is missing or needs a name
+    nothing supplies."""
+    try:
+        tree = ast.parse(source, filename=origin)
+    except SyntaxError as exc:
+        raise ExtractError(f"{origin} does not parse: {exc}") from exc
+    definitions, imports, future = _top_level(tree)
+    function = definitions.get(BUILD_FUNCTION)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise ExtractError(
+            f"{origin} defines no top-level function {BUILD_FUNCTION}", (BUILD_FUNCTION,)
+        )
+
+    selected: dict[int, ast.stmt] = {}
+    needed_imports: dict[str, _Import] = {}
+    unknown: set[str] = set()
+    pending = [function]
+    while pending:
+        node = pending.pop()
+        if id(node) in selected:
+            continue
+        selected[id(node)] = node
+        for name in sorted(_free_names(node)):
+            if name in definitions:
+                pending.append(definitions[name])
+            elif name in imports:
+                needed_imports[name] = imports[name]
+            else:
+                unknown.add(name)
+
+    kept: list[str] = []
+    supplied: list[str] = []
+    stdlib = sys.stdlib_module_names
+    for name, imported in sorted(needed_imports.items()):
+        if imported.root in stdlib:
+            kept.append(imported.statement())
+        elif imported.root in SUPPLIED_ROOTS and name in vllm_shims.SUPPLIED:
+            supplied.append(name)
+        else:
+            unknown.add(f"{name} (from {imported.origin()})")
+    if unknown:
+        missing = tuple(sorted(unknown))
+        raise ExtractError(
+            f"the definitions {BUILD_FUNCTION} needs in {origin} use names that neither "
+            f"that file nor c128a's stand-ins define: {', '.join(missing)}; the source's "
+            "layout changed (c128a.kernels.vllm_shims would need them)",
+            missing,
+        )
+
+    nodes = sorted(selected.values(), key=lambda node: node.lineno)
+    names = tuple(name for node in nodes for name in _defined_names(node))
+    lines = source.splitlines(keepends=True)
+    header = {
+        FORMAT_KEY: EXTRACT_FORMAT,
+        **(header or {}),
+        "source": origin,
+        "source-sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "selected": ", ".join(names),
+        "supplied": ", ".join(sorted(supplied)),
+    }
+    parts = [
+        "".join(f"{HEADER_PREFIX}{key}: {value}\n" for key, value in header.items()),
+        "# Generated by c128a (c128a/kernels/vllm_release.py) from the file above: vLLM's own\n"
+        "# definitions, verbatim (Apache-2.0, the vLLM project), with the names they need\n"
+        "# from the rest of vLLM supplied by c128a.kernels.vllm_shims. Do not edit: the\n"
+        "# loader rebuilds it from the source.\n",
+    ]
+    if future:
+        parts.append("from __future__ import annotations\n")
+    parts.append("".join(f"{line}\n" for line in sorted(set(kept))))
+    parts.append("".join(f"{vllm_shims.SUPPLIED[name]}\n" for name in sorted(supplied)))
+    for node in nodes:
+        parts.append(f"\n\n# {origin}, line {node.lineno}\n")
+        parts.append(_segment(lines, node))
+    text = "".join(parts).rstrip("\n") + "\n"
+    return Extract(text, names, tuple(sorted(supplied)), tuple(sorted(set(kept))), header)
+
+
+# ---------------------------------------------------------------- the extract's file
+
+
+def read_header(path: Path) -> dict[str, str]:
+    """The ``# c128a-KEY: VALUE`` lines an extract starts with ({} when none)."""
+    header: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if not line.startswith(HEADER_PREFIX):
+                    break
+                key, _, value = line[len(HEADER_PREFIX) :].partition(":")
+                header[key.strip()] = value.strip()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return header
+
+
+def is_extract(path: Path) -> bool:
+    return FORMAT_KEY in read_header(path)
+
+
+def write_extract(extract: Extract, path: Path) -> Path:
+    """Write ``extract`` to ``path`` whole (aside, then renamed into place),
+    unless ``path`` already holds exactly that text."""
+    path = Path(path)
+    try:
+        if path.read_text(encoding="utf-8") == extract.text:
+            return path
+    except (OSError, UnicodeDecodeError):
+        pass
+    aside = path.with_name(f".{path.name}.{id(extract):x}.tmp")
+    aside.write_text(extract.text, encoding="utf-8")
+    aside.replace(path)
+    return path
+
+
+_LOADED: dict[tuple[str, str], SimpleNamespace] = {}
+
+
+def _jit_functions(module: ModuleType, names: list[str]) -> tuple:
+    found = []
+    for name in names:
+        value = getattr(module, name, None)
+        candidates = [value]
+        if isinstance(value, type):
+            candidates = [
+                getattr(member, "__func__", member) for member in vars(value).values()
+            ]
+        found += [c for c in candidates if isinstance(c, KernelInterface) and c not in found]
+    return tuple(found)
+
+
+def load_extract(path: Path) -> SimpleNamespace:
+    """Import the extract at ``path`` (once per file content in a process)
+    and return the target namespace. An extract that does not import, or has
+    no callable builder, raises :class:`ExtractError`."""
+    path = Path(path).resolve()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    key = (str(path), digest)
+    if key in _LOADED:
+        return _LOADED[key]
+    header = read_header(path)
+    module_name = f"c128a_vllm_extract_{digest[:16]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ExtractError(
+            f"the extract {path} does not import: {type(exc).__name__}: {exc}"
+        ) from exc
+    build = getattr(module, BUILD_FUNCTION, None)
+    if not callable(build):
+        del sys.modules[module_name]
+        raise ExtractError(f"the extract {path} defines no callable {BUILD_FUNCTION}")
+    names = [n.strip() for n in header.get("selected", "").split(",") if n.strip()]
+    capability = vllm_shims.current_platform.get_device_capability()
+    namespace = SimpleNamespace(
+        build_c128a_topk_metadata=build,
+        jit_functions=_jit_functions(module, names or list(vars(module))),
+        # vLLM checks its preconditions with assert (stripped by python -O)
+        # and checks no dtypes, devices or counts.
+        validates_input=False,
+        # vLLM's builder returns the whole decode rows (W = C) on 12.x.
+        full_width_decode_views=capability is not None and capability.major == 12,
+        module=module,
+        path=path,
+        header=header,
+    )
+    _LOADED[key] = namespace
+    return namespace

@@ -1,0 +1,374 @@
+"""The ``vllm-release:VERSION|PATH`` target: specs, errors, the extract, and
+the real release.
+
+Fake wheels here hold a small stand-in ``sparse_mla.py`` written for these
+tests (not vLLM's code): a builder that fills ``decode_lens`` through a
+Triton kernel and a helper, beside definitions the builder does not need
+(an unused kernel, a class deriving from a vLLM class, an unused constant).
+pip is exercised offline through a local ``--find-links`` folder. The real
+release (``REAL_VERSION``) is downloaded once into the cache
+(``$C128A_CACHE``, default ``~/.cache/c128a``); where pip cannot reach it the
+real-release tests skip, except under ``CI``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from c128a.checks import PROPERTIES, check_step
+from c128a.failures import TargetSpecError, TargetUnavailable
+from c128a.strategies import HISTORICAL_BATCHES
+from c128a.targets import load_target
+from c128a.targets.vllm_release import (
+    CACHE_ENV,
+    EXTRACT_NAME,
+    SOURCE_PATH,
+    cache_folder,
+)
+
+REAL_VERSION = "0.34.0"
+EXTRACT_LIMIT = 64 * 1024
+
+STAND_IN = textwrap.dedent(
+    '''
+    """A stand-in for vLLM's sparse_mla.py, written for c128a's tests."""
+    import math
+    from dataclasses import dataclass
+
+    import torch
+
+    from vllm.config import VllmConfig
+    from vllm.triton_utils import tl, triton
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.attention.backend import AttentionBackend
+
+    ALIGNMENT = 128
+    UNUSED_CONSTANT = math.pi
+    LANES = 16
+
+
+    @dataclass
+    class Backend(AttentionBackend):
+        config: VllmConfig
+
+
+    @triton.jit
+    def _unused_kernel(x_ptr):
+        tl.store(x_ptr, 1)
+
+
+    @triton.jit
+    def _length(position, ratio, width):
+        return tl.minimum((position + 1) // ratio, width)
+
+
+    @triton.jit
+    def _lens_kernel(positions_ptr, slots_ptr, lens_ptr, ratio, width, count, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < count
+        positions = tl.load(positions_ptr + offsets, mask=mask, other=0)
+        slots = tl.load(slots_ptr + offsets, mask=mask, other=0)
+        lens = _length(positions, ratio, width)
+        tl.store(lens_ptr + offsets, tl.where(slots >= 0, lens, 0).to(tl.int32), mask=mask)
+
+
+    def _grid(count):
+        return (cdiv(count, LANES),)
+
+
+    def build_c128a_topk_metadata(
+        positions, compress_ratio, num_decode_tokens, token_to_req_indices, block_table,
+        block_size, slot_mapping, global_decode_buffer, decode_lens_buffer, prefill_buffer,
+        max_compressed_tokens=8192,
+    ):
+        assert max_compressed_tokens % ALIGNMENT == 0
+        assert decode_lens_buffer.dtype == torch.int32
+        if num_decode_tokens:
+            _lens_kernel[_grid(num_decode_tokens)](
+                positions, slot_mapping, decode_lens_buffer, compress_ratio,
+                max_compressed_tokens, num_decode_tokens, BLOCK=LANES,
+            )
+        num_prefill = positions.shape[0] - num_decode_tokens
+        return (
+            global_decode_buffer[:num_decode_tokens, :max_compressed_tokens],
+            decode_lens_buffer[:num_decode_tokens],
+            prefill_buffer[:num_prefill, :max_compressed_tokens],
+        )
+    '''
+)
+NEEDED = ["ALIGNMENT", "LANES", "_length", "_lens_kernel", "_grid", "build_c128a_topk_metadata"]
+
+
+def make_wheel(folder: Path, version: str, files: dict[str, str]) -> Path:
+    """A minimal wheel pip accepts, holding ``files``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"vllm-{version}-py3-none-any.whl"
+    info = f"vllm-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm/__init__.py", "")
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        archive.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: c128a-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, str(root))
+    return root
+
+
+@pytest.fixture
+def offline_pip(tmp_path, monkeypatch) -> Path:
+    """pip sees no configuration and no index, only a local --find-links folder."""
+    links = tmp_path / "links"
+    links.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    return links
+
+
+def top_level_names(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def small_call(device, num_decode=2):
+    positions = torch.tensor([127, 300, 5000], dtype=torch.int64, device=device)
+    slots = torch.tensor([0, -1, 2], dtype=torch.int64, device=device)
+    requests = torch.zeros(3, dtype=torch.int32, device=device)
+    table = torch.arange(64, dtype=torch.int32, device=device).view(1, 64)
+    decode = torch.full((4, 128), -99, dtype=torch.int32, device=device)
+    lens = torch.full((4,), -99, dtype=torch.int32, device=device)
+    prefill = torch.full((4, 128), -99, dtype=torch.int32, device=device)
+    return (positions, 128, num_decode, requests, table, 2, slots, decode, lens, prefill, 128)
+
+
+# ---------------------------------------------------------------- specs and their errors
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("vllm-release", "needs a vLLM release version or a path"),
+        ("vllm-release:", "needs a vLLM release version or a path"),
+        ("vllm-release:latest", "'latest' is neither a vLLM release version"),
+        ("vllm-release:0.34.0!", "neither a vLLM release version"),
+        ("vllm-release:v0.34", "neither a vLLM release version"),
+    ],
+)
+def test_bad_specs_are_spec_errors(cache, spec, message):
+    with pytest.raises(TargetSpecError, match=message):
+        load_target(spec)
+
+
+def test_missing_path_is_a_spec_error(tmp_path):
+    with pytest.raises(TargetSpecError, match="nor an existing path"):
+        load_target(f"vllm-release:{tmp_path / 'nowhere' / 'vllm-0.34.0-py3-none-any.whl'}")
+
+
+def test_folder_without_extract_or_wheel_is_a_spec_error(tmp_path):
+    with pytest.raises(TargetSpecError, match=f"holds no {EXTRACT_NAME}"):
+        load_target(f"vllm-release:{tmp_path}")
+
+
+def test_not_a_wheel_is_a_spec_error(tmp_path, cache):
+    fake = tmp_path / "vllm-0.0.1-py3-none-any.whl"
+    fake.write_text("not a zip")
+    with pytest.raises(TargetSpecError, match="cannot read the wheel"):
+        load_target(f"vllm-release:{fake}")
+
+
+def test_wheel_without_the_file_names_version_and_file(tmp_path, cache):
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {"vllm/other.py": "X = 1\n"})
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target(f"vllm-release:{wheel}")
+    message = str(raised.value)
+    assert "vLLM 0.0.1" in message
+    assert f"{SOURCE_PATH} is missing" in message
+    assert "build_c128a_topk_metadata" in message
+
+
+def test_file_without_the_function_names_it(tmp_path, cache):
+    source = STAND_IN.replace("def build_c128a_topk_metadata(", "def renamed_builder(")
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: source})
+    with pytest.raises(TargetUnavailable, match=f"vLLM 0.0.1.*{SOURCE_PATH} is there"):
+        load_target(f"vllm-release:{wheel}")
+
+
+def test_names_nothing_supplies_are_reported(tmp_path, cache):
+    source = STAND_IN.replace(
+        "import torch\n", "import torch\nfrom vllm.distributed import get_tp_group\n"
+    ).replace("    assert max_compressed_tokens", "    get_tp_group()\n    assert max_compressed_tokens")
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: source})
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target(f"vllm-release:{wheel}")
+    message = str(raised.value)
+    assert "vLLM 0.0.1" in message
+    assert "get_tp_group (from vllm.distributed.get_tp_group)" in message
+    assert "AttentionBackend" not in message  # only what the builder needs counts
+
+
+# ---------------------------------------------------------------- the extract
+
+
+def test_fake_wheel_loads_and_extract_holds_only_what_is_needed(tmp_path, cache, c128a_device):
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: STAND_IN})
+    target = load_target(f"vllm-release:{wheel}")
+    extract = cache_folder("0.0.1") / EXTRACT_NAME
+    assert extract.is_file()
+    assert top_level_names(extract) == NEEDED
+    text = extract.read_text()
+    assert "# c128a-vllm-version: 0.0.1" in text
+    assert f"# c128a-source: {SOURCE_PATH}" in text
+    assert "# c128a-supplied: cdiv, tl, torch, triton" in text
+    for absent in ("_unused_kernel", "Backend", "UNUSED_CONSTANT", "import math", "VllmConfig"):
+        assert absent not in text
+    assert not target.validates_input
+    assert not target.full_width_decode_views
+    assert target.uses_project_policy
+    assert sorted(f.__name__ for f in target.jit_functions) == ["_length", "_lens_kernel"]
+
+    views = target.build_c128a_topk_metadata(*small_call(c128a_device))
+    # Token 0: (127 + 1) // 128 = 1; token 1 is padding (slot -1): 0.
+    assert views[1].tolist() == [1, 0]
+
+
+def test_builder_found_where_a_release_moved_it(tmp_path, cache):
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {"vllm/attention/c128a.py": STAND_IN})
+    load_target(f"vllm-release:{wheel}")
+    text = (cache_folder("0.0.1") / EXTRACT_NAME).read_text()
+    assert "# c128a-source: vllm/attention/c128a.py" in text
+
+
+def test_copied_extract_loads_without_wheel_or_registry(tmp_path, cache, offline_pip, monkeypatch):
+    """What a GPU host without a registry does: a cache folder (or the extract
+    alone) copied from here."""
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: STAND_IN})
+    load_target(f"vllm-release:{wheel}")
+    built = cache_folder("0.0.1") / EXTRACT_NAME
+
+    elsewhere = tmp_path / "gpu-host"
+    (elsewhere / "vllm-release" / "0.0.1").mkdir(parents=True)
+    copied = shutil.copy(built, elsewhere / "vllm-release" / "0.0.1" / EXTRACT_NAME)
+    monkeypatch.setenv(CACHE_ENV, str(elsewhere))
+    assert callable(load_target("vllm-release:0.0.1").build_c128a_topk_metadata)
+    assert callable(load_target(f"vllm-release:{copied}").build_c128a_topk_metadata)
+    assert callable(load_target(f"vllm-release:{Path(copied).parent}").build_c128a_topk_metadata)
+
+
+def test_extract_of_another_format_is_rebuilt_from_the_cached_wheel(tmp_path, cache, offline_pip):
+    folder = cache_folder("0.0.1")
+    make_wheel(folder, "0.0.1", {SOURCE_PATH: STAND_IN})
+    (folder / EXTRACT_NAME).write_text("# c128a-extract-format: 0\n# c128a-vllm-version: 0.0.1\n")
+    load_target("vllm-release:0.0.1")
+    assert top_level_names(folder / EXTRACT_NAME) == NEEDED
+
+
+def test_source_file_is_extracted_into_the_cache(tmp_path, cache):
+    source = tmp_path / "sparse_mla.py"
+    source.write_text(STAND_IN)
+    target = load_target(f"vllm-release:{source}")
+    assert callable(target.build_c128a_topk_metadata)
+    (extract,) = (cache / "vllm-release").glob(f"source-*/{EXTRACT_NAME}")
+    assert top_level_names(extract) == NEEDED
+
+
+def test_other_python_file_is_a_spec_error(tmp_path):
+    other = tmp_path / "other.py"
+    other.write_text("X = 1\n")
+    with pytest.raises(TargetSpecError, match="neither a c128a extract nor a source file"):
+        load_target(f"vllm-release:{other}")
+
+
+# ---------------------------------------------------------------- pip
+
+
+def test_version_is_downloaded_with_pip_once(tmp_path, cache, offline_pip):
+    make_wheel(offline_pip, "0.0.1", {SOURCE_PATH: STAND_IN})
+    target = load_target("vllm-release:0.0.1")
+    assert callable(target.build_c128a_topk_metadata)
+    folder = cache_folder("0.0.1")
+    assert (folder / "vllm-0.0.1-py3-none-any.whl").is_file()
+    assert top_level_names(folder / EXTRACT_NAME) == NEEDED
+    assert not list(folder.glob(".download-*"))
+    (offline_pip / "vllm-0.0.1-py3-none-any.whl").unlink()  # no second download
+    (folder / "vllm-0.0.1-py3-none-any.whl").unlink()  # the extract alone is enough
+    assert callable(load_target("vllm-release:0.0.1").build_c128a_topk_metadata)
+
+
+def test_version_not_on_the_index_names_it(cache, offline_pip):
+    make_wheel(offline_pip, "0.0.1", {SOURCE_PATH: STAND_IN})
+    with pytest.raises(TargetUnavailable, match=r"vLLM 0\.0\.2: the package index has no vllm 0\.0\.2"):
+        load_target("vllm-release:0.0.2")
+    assert not list(cache_folder("0.0.2").glob("*.whl"))
+
+
+def test_no_network_is_unavailable(cache, monkeypatch):
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_RETRIES", "1")  # pip reports the refused connection on a retry
+    monkeypatch.setenv("PIP_TIMEOUT", "5")
+    with pytest.raises(TargetUnavailable, match=r"vLLM 0\.34\.0: pip could not reach the package index"):
+        load_target("vllm-release:0.34.0")
+
+
+# ---------------------------------------------------------------- the real release
+
+
+@pytest.fixture(scope="module")
+def real_release():
+    """vLLM REAL_VERSION's builder, fetched once into the cache."""
+    try:
+        return load_target(f"vllm-release:{REAL_VERSION}")
+    except TargetUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc}: CI must run the real-release tests")
+        pytest.skip(str(exc))
+
+
+def test_real_extract_is_small_and_selects_the_builder(real_release):
+    extract = Path(real_release.build_c128a_topk_metadata.__code__.co_filename)
+    assert extract.name == EXTRACT_NAME
+    assert extract.stat().st_size < EXTRACT_LIMIT
+    assert top_level_names(extract) == [
+        "_C128A_TOPK_ALIGNMENT",
+        "build_c128a_topk_metadata",
+        "BuildC128ATopkMetadataKernel",
+        "_BUILD_C128A_TOPK_METADATA_KERNEL",
+    ]
+    assert [f.__name__ for f in real_release.jit_functions] == ["kernel"]
+    assert not real_release.validates_input
+    assert real_release.uses_project_policy
+
+
+@pytest.mark.parametrize("name", list(HISTORICAL_BATCHES))
+def test_real_release_on_the_historical_steps(real_release, c128a_device, name):
+    check_step(real_release, HISTORICAL_BATCHES[name], c128a_device)
+
+
+@pytest.mark.parametrize("name", ["matches_oracle", "views"])
+def test_real_release_properties(real_release, c128a_device, name):
+    PROPERTIES[name].test(real_release, c128a_device)()
