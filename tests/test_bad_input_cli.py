@@ -338,7 +338,7 @@ def test_a_list_option_of_the_wrong_type_is_refused_when_the_file_is_read(tmp_pa
 def test_every_fuzz_option_can_be_set_in_the_config_file(tmp_path):
     """Every FuzzOptions field, live included, is read back from the [fuzz] table of --config."""
     expected = FuzzOptions(
-        target="reference", device="cpu", minutes=2.5, max_examples=3, max_tokens=16, seed=5,
+        target="reference", padding_rows="inert", device="cpu", minutes=2.5, max_examples=3, max_tokens=16, seed=5,
         workers=2, db="none", cases_dir="cases", report="r.json", example_timeout=7.0,
         exitfirst=True, profile="ci", chunk=4, only=("views", "matches_oracle"), stateful=False,
         properties="c128a.checks:PROPERTIES", machine="c128a.replay:serving_loop_machine",

@@ -53,11 +53,14 @@ def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, pre
     )
 
 
-def compiled_variants_around_sweep(jit_functions, launch, device: torch.device) -> tuple[int, int]:
-    """Warm the kernel once at the largest width, then ``launch`` it (a
-    :class:`~c128a.contract.BuildArgs` callable) at every reachable width with
-    varied token counts, buffer row strides and block-table strides:
-    (variants of ``jit_functions`` after warm-up, after the sweep)."""
+def compiled_variants_around_sweep(
+    jit_functions, launch, device: torch.device, warm_up=None
+) -> tuple[int, int]:
+    """Warm the kernel once at the largest width (with ``warm_up``, ``launch``
+    by default), then ``launch`` it (a :class:`~c128a.contract.BuildArgs`
+    callable) at every reachable width with varied token counts, buffer row
+    strides and block-table strides: (variants of ``jit_functions`` after
+    warm-up, after the sweep)."""
     from c128a.kernels.compiled import compiled_variant_count
 
     def variants() -> int:
@@ -74,7 +77,7 @@ def compiled_variants_around_sweep(jit_functions, launch, device: torch.device) 
         torch.zeros(1, 1, dtype=torch.int32, device=device),  # stride 1: one page
     ]
 
-    launch(_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
+    (warm_up or launch)(_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
     torch.cuda.synchronize(device)
     warmed = variants()
 
@@ -97,6 +100,25 @@ def test_warmed_kernel_never_recompiles(c128a_device):
     assert after == warmed, (
         f"the kernel compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}: "
         "some width, token count or stride is in Triton's specialisation key"
+    )
+
+
+@pytest.mark.cuda
+def test_inert_padding_flag_shares_the_warmed_variant(c128a_device):
+    """The inert padding-row variant is a runtime flag: warmed with the slots
+    variant alone, a sweep with the flag on (and off) compiles nothing new."""
+    from c128a.kernels import adaptive
+
+    def both(args):
+        adaptive.launch(args, inert_padding=True)
+        adaptive.launch(args)
+
+    warmed, after = compiled_variants_around_sweep(
+        adaptive.jit_functions, both, c128a_device, warm_up=adaptive.launch
+    )
+    assert warmed >= 1 and after == warmed, (
+        f"the inert_padding flag compiled {after - warmed} new variant(s): it is in "
+        "Triton's specialisation key"
     )
 
 
@@ -228,3 +250,4 @@ def test_project_kernel_target_names_its_jit_functions():
     from c128a.targets import load_target
 
     assert load_target("triton").jit_functions == (adaptive.c128a_topk_kernel,)
+    assert load_target("triton-inert").jit_functions == (adaptive.c128a_topk_kernel,)

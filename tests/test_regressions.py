@@ -24,10 +24,13 @@ def test_the_regression_folder_holds_cases():
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=[p.name for p in CASE_FILES])
-def test_saved_case_passes(path, c128a_target, c128a_device):
+def test_saved_case_passes(path, c128a_target, c128a_device, c128a_padding_rows_override):
     try:
         case = cases.load_case(path)
-        outcome = cases.replay_case(case, c128a_target, c128a_device)
+        # The variant the case recorded, unless --c128a-padding-rows names one.
+        outcome = cases.replay_case(
+            case, c128a_target, c128a_device, padding_rows=c128a_padding_rows_override
+        )
     except cases.CaseError as exc:
         pytest.fail(f"malformed case: {exc}", pytrace=False)
     if not outcome.replayable:

@@ -372,3 +372,27 @@ def test_real_release_on_the_historical_steps(real_release, c128a_device, name):
 @pytest.mark.parametrize("name", ["matches_oracle", "views"])
 def test_real_release_properties(real_release, c128a_device, name):
     PROPERTIES[name].test(real_release, c128a_device)()
+
+
+def test_a_failed_download_is_remembered_for_the_other_workers(tmp_path, monkeypatch):
+    """Every worker of a run without a registry gets pip's reason at once,
+    instead of each trying pip in turn (16 xdist workers spent 80 s so on the H200)."""
+    from c128a.targets import vllm_release
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    attempts = []
+
+    def no_network(version, folder):
+        attempts.append(version)
+        raise TargetUnavailable(f"vLLM {version}: pip could not reach the package index")
+
+    monkeypatch.setattr(vllm_release, "download_wheel", no_network)
+    for _ in range(3):
+        with pytest.raises(TargetUnavailable, match="could not reach the package index"):
+            load_target("vllm-release:0.34.0")
+    assert attempts == ["0.34.0"]
+    remembered = tmp_path / "vllm-release" / "0.34.0" / vllm_release.UNAVAILABLE_NAME
+    os.utime(remembered, (0, 0))  # long ago: pip is tried again
+    with pytest.raises(TargetUnavailable):
+        load_target("vllm-release:0.34.0")
+    assert attempts == ["0.34.0", "0.34.0"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import WIDTH_ALIGNMENT, Views, attended_lengths
+from ..contract import INERT, WIDTH_ALIGNMENT, Views, attended_lengths, padding_rows_of
 from ..failures import InvariantViolation
 from ..step import Batch, Buffers, BuildResult, build, oracle_build
 from .diff import all_equal, compare_rows, setting, token, window
@@ -24,14 +24,19 @@ def decode_width(target, result: BuildResult) -> int:
     return result.width
 
 
-def expected_result(batch: Batch, width: int, device, decode_columns: int | None = None) -> Views:
+def expected_result(
+    target, batch: Batch, width: int, device, decode_columns: int | None = None
+) -> Views:
     """The oracle's (global_decode, decode_lens, prefill_local) for ``batch`` at
-    ``width`` (decode rows at ``decode_columns``, W by default), as fresh tensors."""
+    ``width`` (decode rows at ``decode_columns``, W by default), as fresh
+    tensors, under the padding-row variant ``target`` is held to: every
+    check's expected values come from here."""
     decode_columns = width if decode_columns is None else decode_columns
+    padding_rows = padding_rows_of(target)
 
     def run(w: int) -> BuildResult:
         buffers = Buffers.allocate(max(batch.num_tokens, 1), w, device)
-        return oracle_build(batch, device, width=w, buffers=buffers)
+        return oracle_build(batch, device, width=w, buffers=buffers, padding_rows=padding_rows)
 
     adaptive = run(width)
     decode_source = adaptive if decode_columns == width else run(decode_columns)
@@ -47,7 +52,7 @@ def check_matches_oracle(target, result: BuildResult, expected: Views | None = N
     columns = decode_width(target, result)
     device = result.buffers.global_decode.device
     if expected is None:
-        expected = expected_result(batch, width, device, columns)
+        expected = expected_result(target, batch, width, device, columns)
     decode, lens, prefill = expected
     d, t = batch.num_decode_tokens, batch.num_tokens
     buffers = result.buffers
@@ -171,7 +176,9 @@ def check_untouched_memory(target, result: BuildResult, before: Buffers) -> None
 
 def check_padding(target, result: BuildResult) -> None:
     """Invariant: -1 in columns [n(t), W) of every row; decode_lens 0 for
-    padding tokens (negative slot); W a multiple of 128."""
+    padding tokens (negative slot); W a multiple of 128. Under the ``inert``
+    padding-row variant a padding token's decode row is -1 in every column
+    < W (n(t) = 0 for it)."""
     batch, width = result.batch, result.width
     name = "padding"
     if width % WIDTH_ALIGNMENT or width <= 0:
@@ -181,25 +188,41 @@ def check_padding(target, result: BuildResult) -> None:
     d, t = batch.num_decode_tokens, batch.num_tokens
     columns_of_decode = decode_width(target, result)
     positions = torch.tensor(batch.positions, dtype=torch.int64)
+    inert = padding_rows_of(target) == INERT
     buffers = result.buffers
-    for what, rows, first, columns in (
+    padding = torch.tensor([s < 0 for s in batch.slot_mapping[:d]], dtype=torch.bool)
+    for what, rows, first, columns, inert_rows in (
         ("global_decode_buffer", buffers.global_decode[:d, :columns_of_decode].cpu(), 0,
-         columns_of_decode),
-        ("prefill_buffer", buffers.prefill[: t - d, :width].cpu(), d, width),
+         columns_of_decode, padding if inert else torch.zeros_like(padding)),
+        ("prefill_buffer", buffers.prefill[: t - d, :width].cpu(), d, width,
+         torch.zeros(t - d, dtype=torch.bool)),
     ):
         token_positions = positions[first : first + rows.shape[0]]
         lengths = attended_lengths(token_positions, batch.compress_ratio, columns)
+        lengths = torch.where(inert_rows, 0, lengths)
         tail = torch.arange(columns).unsqueeze(0) >= lengths.unsqueeze(1)
         hits = torch.nonzero(tail & (rows != -1))
-        if hits.numel():
-            row, column = (int(i) for i in hits[0])
+        if not hits.numel():
+            continue
+        row, column = (int(i) for i in hits[0])
+        got = int(rows[row, column])
+        if inert_rows[row]:
             raise InvariantViolation(
                 name,
-                f"{what} row {row}, column {column}: expected the sentinel -1 past "
-                f"n(t)={int(lengths[row])}, got {int(rows[row, column])}"
+                f"{what} row {row}, column {column}: the row of a padding token "
+                f"(slot_mapping {batch.slot_mapping[row]} < 0) must be inert under "
+                f"padding_rows='inert': expected -1 in every column < W={width}, got {got}"
+                f"{_slot_id_note(batch, row, column, got)}"
                 f"\n  actual {window(rows[row], column)}"
-                f"\n  {token(batch, row + first)}\n  {setting(batch, width)}",
+                f"\n  {token(batch, row)}\n  {setting(batch, width)}",
             )
+        raise InvariantViolation(
+            name,
+            f"{what} row {row}, column {column}: expected the sentinel -1 past "
+            f"n(t)={int(lengths[row])}, got {got}"
+            f"\n  actual {window(rows[row], column)}"
+            f"\n  {token(batch, row + first)}\n  {setting(batch, width)}",
+        )
     lens = buffers.decode_lens[:d].cpu()
     for index in range(d):
         if batch.slot_mapping[index] < 0 and int(lens[index]) != 0:
@@ -209,6 +232,22 @@ def check_padding(target, result: BuildResult) -> None:
                 f"(slot_mapping < 0); expected 0\n  {token(batch, index)}\n  "
                 + setting(batch, width),
             )
+
+
+def _slot_id_note(batch: Batch, row: int, column: int, value: int) -> str:
+    """Where ``value`` in decode row ``row`` is the slot id the block table
+    gives that column, say so: the row publishes a physical cache index."""
+    request, page_column = batch.token_to_req_indices[row], column // batch.block_size
+    if not (0 <= request < len(batch.block_table)) or page_column >= batch.table_width:
+        return ""
+    page = batch.block_table[request][page_column]
+    if value != page * batch.block_size + column % batch.block_size:
+        return ""
+    return (
+        f": a slot id (block_table[{request}, {page_column}] * {batch.block_size} + "
+        f"{column % batch.block_size}), what the 'slots' variant writes; the row publishes "
+        "a physical cache index"
+    )
 
 
 def check_step(target, batch: Batch, device, *, buffers: Buffers | None = None) -> BuildResult:

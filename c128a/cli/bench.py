@@ -11,7 +11,7 @@ import torch
 
 from ..failures import EXIT_FAILED, EXIT_OK, ContractViolation, UsageError, failure_text
 from ..runners.throughput import print_throughput, run_throughput
-from .common import add_device_argument, choose_device, load
+from .common import add_device_argument, add_padding_rows_argument, choose_device, load
 
 SHAPE_GROUPS = ("prefill", "decode", "mixed")
 
@@ -42,6 +42,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--throughput draws batches of up to this many tokens")
     parser.add_argument("--target", metavar="SPEC", default=None,
                         help="--throughput's target: triton (default), reference, vllm, MODULE:ATTR")
+    add_padding_rows_argument(parser)
     parser.add_argument("--profile-out", metavar="FILE", default=None,
                         help="--throughput also runs cProfile, saves its stats here and prints "
                         "the top entries")
@@ -98,7 +99,7 @@ def _run_throughput(args: argparse.Namespace) -> int:
     if args.max_tokens < 0:
         raise UsageError(f"--max-tokens={args.max_tokens} must be >= 0")
     device_name = choose_device(args.device)
-    target, _ = load(args.target)
+    target, _ = load(args.target, padding_rows=args.padding_rows)
     if device_name == "cpu":
         # Small tensors: one thread is as fast and steadier on a shared machine.
         torch.set_num_threads(1)

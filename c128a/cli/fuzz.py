@@ -76,6 +76,6 @@ def options_from_args(args: argparse.Namespace) -> FuzzOptions:
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     device = choose_device(options.device)
-    target, _ = load(options.target)
-    config = resolve(options, target=target.spec, device=device)
+    target, _ = load(options.target, padding_rows=options.padding_rows)
+    config = resolve(options, target=target.spec, device=device, padding_rows=target.padding_rows)
     return int(run_fuzz(config)["exit_status"])

@@ -1,9 +1,9 @@
 """``c128a mutants``: run every property against every mutant; print the kill matrix.
 
 Exit status 1 when a mutant survives every property, or when a correct
-target (``--expect-pass``, default ``triton`` and ``reference``) is killed
-or errors; 2 for a usage error, found before any row runs (every spec,
-mapping and property is loaded and checked first).
+target (``--expect-pass``, default ``triton``, ``reference`` and their
+``-inert`` variants) is killed or errors; 2 for a usage error, found before
+any row runs (every spec, mapping and property is loaded and checked first).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from ..runners.killmatrix import (
     targets_from_mapping,
     update_readme,
 )
-from ..targets import import_object
-from .common import add_target_arguments, choose_device, load
+from ..targets import held_to, import_object
+from .common import add_target_arguments, choose_device, load, padding_rows_override
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expect-pass", action="append", default=None, metavar="SPEC",
         help="a correct target that must survive every property (repeatable; default: "
-        "triton and reference); also run",
+        "triton, reference, triton-inert, reference-inert); also run",
     )
     parser.add_argument(
         "--property", action="append", default=None, metavar="NAME",
@@ -87,9 +87,12 @@ def run(args: argparse.Namespace) -> int:
             return "--spec"
         return "--target" if spec == args.target else "--expect-pass"
 
-    targets = [load(spec, option(spec))[0] for spec in specs]
+    # --padding-rows (or $C128A_PADDING_ROWS) holds every row to one variant.
+    variant, _ = padding_rows_override(args.padding_rows)
+    targets = [load(spec, option(spec), args.padding_rows)[0] for spec in specs]
     for source in args.mutants_from or ():
-        targets += targets_from_mapping(source, import_object(source, "--mutants-from"))
+        mapped = targets_from_mapping(source, import_object(source, "--mutants-from"))
+        targets += [held_to(target, variant) for target in mapped]
     matrix = kill_matrix(targets, torch.device(device), properties, args.max_examples)
     table = markdown_table(matrix, expect_pass)
     if args.markdown:

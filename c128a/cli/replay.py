@@ -26,9 +26,11 @@ from ..runners.cases import (
     describe_batch,
     load_case,
     replay_case,
+    replay_variant,
 )
-from ..targets import BUILTIN_TARGETS, TARGET_ENV, import_object
-from .common import add_target_arguments, choose_device, load
+from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_object
+from ..targets.specs import DECLARED
+from .common import add_target_arguments, choose_device, load, padding_rows_override
 
 ISOLATED_KINDS = ("crash", "hang")
 DEFAULT_TIMEOUT_S = 300.0
@@ -48,7 +50,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "Without --target (or $C128A_TARGET) each case runs against the target it names, "
         "if that is a built-in target or a c128a module: any other module the case names "
-        "is imported only when given with --target. Exit status: 0 when every case passes "
+        "is imported only when given with --target. Each case is held to the padding-row "
+        "variant it recorded unless --padding-rows (or $C128A_PADDING_ROWS) names one. "
+        "Exit status: 0 when every case passes "
         "now, 1 when one still fails, crashes or hangs, 2 when a file is malformed or a case "
         "cannot be replayed here."
     )
@@ -87,16 +91,24 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     try:
         case = load_case(file)
         spec, origin = target_spec(case, args.target)
-        target, _ = load(spec, origin)
+        override, override_origin = padding_rows_override(args.padding_rows)
+        target, _ = load(spec, origin, args.padding_rows)
+        # The variant the case recorded, unless an option names one.
+        target = held_to(target, replay_variant(case, override))
     except (CaseError, UsageError) as exc:
         print(f"error: {file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if case.kind in ISOLATED_KINDS and not args.in_process:
         return replay_in_child(file, case, args, device, spec)
+    if override:
+        variant_origin = override_origin
+    else:
+        variant_origin = "recorded in the case" if case.padding_rows else DECLARED
     print(f"case:     {file}")
     print(f"property: {case.property} ({case.kind}), recorded on {case.target}"
           f" ({case.device or '?'}), {case.created or 'undated'}")
     print(f"target:   {target.spec} (from {origin}), device {device}")
+    print(f"padding:  padding_rows={target.padding_rows} ({variant_origin})")
     if case.batch is not None:
         print(f"inputs:   {describe_batch(case.batch)}")
     if case.outside_contract:
@@ -106,7 +118,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
             import_object(args.machine, "--machine") if case.property == SERVING_LOOP else None
         )
         outcome = replay_case(case, target, device, properties=properties,
-                              machine_factory=machine)
+                              machine_factory=machine, padding_rows=override)
     except (CaseError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -123,7 +135,8 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
     or a timeout there means the target still fails; this process goes on."""
     command = [sys.executable, "-m", "c128a.cli", "replay", file, "--in-process",
                "--device", device, "--target", spec, "--properties", args.properties,
-               "--machine", args.machine]
+               "--machine", args.machine,
+               *(["--padding-rows", args.padding_rows] if args.padding_rows else [])]
     sys.stdout.flush()
     sys.stderr.flush()
     try:

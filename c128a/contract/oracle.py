@@ -7,9 +7,12 @@ writes (rows < T, columns < W) and returns views of the persistent buffers.
 
 from __future__ import annotations
 
+import types
+
 import torch
 
 from .call import BuildArgs, Views, contract_builder, returned_views
+from .padding_rows import INERT, SLOTS, check_padding_rows
 from .sizes import SENTINEL
 from .validation import check_build_arguments
 
@@ -19,10 +22,13 @@ def attended_lengths(positions: torch.Tensor, compress_ratio: int, width: int) -
     return torch.clamp((positions.to(torch.int64) + 1) // compress_ratio, max=width)
 
 
-def write_metadata(args: BuildArgs) -> Views:
+def write_metadata(args: BuildArgs, padding_rows: str = SLOTS) -> Views:
     """The oracle without its argument checks, for arguments already known to
     be inside the contract (the harness's expected values: checking them
-    again costs a device synchronisation on every example)."""
+    again costs a device synchronisation on every example). ``padding_rows``
+    is the variant (:mod:`.padding_rows`): under ``inert`` a padding decode
+    token's row is -1 in every column < W."""
+    check_padding_rows(padding_rows, "the oracle")
     width = args.max_compressed_tokens
     num_tokens = args.num_tokens
     num_decode = args.num_decode_tokens
@@ -33,6 +39,10 @@ def write_metadata(args: BuildArgs) -> Views:
     active = columns.unsqueeze(0) < lengths.unsqueeze(1)
 
     if num_decode:
+        padding = args.slot_mapping[:num_decode] < 0
+        if padding_rows == INERT:
+            # No active column: the row is all sentinel and reads no table entry.
+            active[:num_decode] &= ~padding.unsqueeze(1)
         requests = args.token_to_req_indices[:num_decode].to(torch.int64)
         table = args.block_table
         table_width = table.shape[1]
@@ -48,7 +58,6 @@ def write_metadata(args: BuildArgs) -> Views:
         args.global_decode_buffer[:num_decode, :width] = torch.where(
             active[:num_decode], slots, SENTINEL
         ).to(torch.int32)
-        padding = args.slot_mapping[:num_decode] < 0
         args.decode_lens_buffer[:num_decode] = torch.where(
             padding, torch.zeros_like(lengths[:num_decode]), lengths[:num_decode]
         ).to(torch.int32)
@@ -66,5 +75,16 @@ def _checked(args: BuildArgs) -> Views:
     return write_metadata(args)
 
 
+def _checked_inert(args: BuildArgs) -> Views:
+    check_build_arguments(args)
+    return write_metadata(args, INERT)
+
+
 build_c128a_topk_metadata = contract_builder(_checked)
 """The oracle as a target: vLLM's signature, every argument checked first."""
+
+inert = types.SimpleNamespace(
+    build_c128a_topk_metadata=contract_builder(_checked_inert, "inert"),
+    padding_rows=INERT,
+)
+"""The oracle of the ``inert`` variant as a target (``reference-inert``)."""

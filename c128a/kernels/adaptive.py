@@ -8,7 +8,10 @@ writes one 1,024-column run of one row. Every scalar that varies from step to
 step (width, token counts, strides) is excluded from Triton's specialisation
 key, and the choice between the two shapes is a runtime branch, so a
 warmed-up kernel never recompiles mid-inference; the tile sizes are the only
-compile-time constants and do not depend on the batch.
+compile-time constants and do not depend on the batch. The padding-row
+variant (``inert_padding``: a padding token's decode row all -1, target
+``triton-inert``) is a runtime flag too, so both variants share one compiled
+kernel.
 
 Import this module only after choosing the device: on the CPU, Triton's
 interpreter must be switched on (``TRITON_INTERPRET=1``) before the kernel is
@@ -17,11 +20,14 @@ decorated. :func:`c128a.targets.use_device` does that.
 
 from __future__ import annotations
 
+import functools
+import types
+
 import torch
 import triton
 import triton.language as tl
 
-from ..contract import BuildArgs
+from ..contract import INERT, BuildArgs
 from .builder import row_strides, tensor_arguments, triton_builder
 from .compiled import interpreting
 
@@ -34,6 +40,7 @@ RUNTIME_SCALARS = (
     "table_row_stride",
     "decode_row_stride",
     "prefill_row_stride",
+    "inert_padding",
 )
 
 
@@ -72,6 +79,7 @@ def _write_tile(
     has_decode,
     has_prefill,
     writes_lens,
+    inert_padding,
 ):
     # One tile: tokens [R] x columns [K]. A tile of decode tokens only skips
     # the prefill code and the other way round.
@@ -79,17 +87,22 @@ def _write_tile(
     in_width = columns < width
     if has_decode:
         is_decode = is_token & (tokens < num_decode_tokens)
+        decode_active = active
+        if inert_padding != 0:
+            # An inert padding row has no active column: -1 up to W, no table read.
+            slot_ids = tl.load(slot_mapping_ptr + tokens, mask=is_decode, other=0)
+            decode_active = active & (slot_ids >= 0)[:, None]
         requests = tl.load(token_to_req_ptr + tokens, mask=is_decode, other=0).to(tl.int64)
         page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
         # Block-table entries are read only for active columns.
         pages = tl.load(
             block_table_ptr + requests[:, None] * table_row_stride + page_columns[None, :],
-            mask=is_decode[:, None] & active,
+            mask=is_decode[:, None] & decode_active,
             other=0,
         )
         tl.store(
             decode_ptr + tokens.to(tl.int64)[:, None] * decode_row_stride + columns[None, :],
-            tl.where(active, pages * block_size + offsets[None, :], -1),
+            tl.where(decode_active, pages * block_size + offsets[None, :], -1),
             mask=is_decode[:, None] & in_width[None, :],
         )
         if writes_lens:
@@ -110,7 +123,7 @@ def _write_runs(
     positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
     decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
     block_size, inverse_block_size, table_row_stride, decode_row_stride,
-    prefill_row_stride, WIDE_W: tl.constexpr,
+    prefill_row_stride, inert_padding, WIDE_W: tl.constexpr,
 ):
     # One program per (token, run of WIDE_W columns).
     chunks = tl.cdiv(width, WIDE_W)
@@ -126,7 +139,7 @@ def _write_runs(
         block_size, inverse_block_size, token_to_req_ptr, block_table_ptr,
         slot_mapping_ptr, decode_ptr, decode_lens_ptr, prefill_ptr, table_row_stride,
         decode_row_stride, prefill_row_stride,
-        token < num_decode_tokens, token >= num_decode_tokens, chunk == 0,
+        token < num_decode_tokens, token >= num_decode_tokens, chunk == 0, inert_padding,
     )
 
 
@@ -135,7 +148,7 @@ def _write_row_blocks(
     positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
     decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
     block_size, inverse_block_size, table_row_stride, decode_row_stride,
-    prefill_row_stride, BLOCK_T: tl.constexpr, BLOCK_W: tl.constexpr,
+    prefill_row_stride, inert_padding, BLOCK_T: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     # Programs stride over blocks of BLOCK_T tokens, BLOCK_W columns a tile.
     num_blocks = tl.cdiv(num_tokens, BLOCK_T)
@@ -158,7 +171,7 @@ def _write_row_blocks(
                 token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
                 decode_lens_ptr, prefill_ptr, table_row_stride, decode_row_stride,
                 prefill_row_stride, first_token < num_decode_tokens,
-                first_token + BLOCK_T > num_decode_tokens, start == 0,
+                first_token + BLOCK_T > num_decode_tokens, start == 0, inert_padding,
             )
         block += step
         tokens = next_tokens
@@ -182,6 +195,7 @@ def c128a_topk_kernel(
     table_row_stride,
     decode_row_stride,
     prefill_row_stride,
+    inert_padding,
     BLOCK_T: tl.constexpr,
     BLOCK_W: tl.constexpr,
     WIDE_W: tl.constexpr,
@@ -200,14 +214,14 @@ def c128a_topk_kernel(
             positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
             decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
             block_size, inverse_block_size, table_row_stride, decode_row_stride,
-            prefill_row_stride, WIDE_W,
+            prefill_row_stride, inert_padding, WIDE_W,
         )
     else:
         _write_row_blocks(
             positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
             decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
             block_size, inverse_block_size, table_row_stride, decode_row_stride,
-            prefill_row_stride, BLOCK_T, BLOCK_W,
+            prefill_row_stride, inert_padding, BLOCK_T, BLOCK_W,
         )
 
 
@@ -242,12 +256,15 @@ def launch_tiled(
     programs_per_sm: int,
     max_programs: int | None = None,
     max_registers: int | None = None,
+    inert_padding: bool = False,
 ) -> None:
     """:func:`launch` with an explicit tile, warp count and persistence (for
     tuning). None of these depends on the batch. ``max_programs`` caps the
     persistent grid below WIDE_W on any device, so that tests can run its
     grid-stride loop on the CPU; ``max_registers`` caps registers per thread
-    (Triton's ``maxnreg``; None leaves the choice to the compiler)."""
+    (Triton's ``maxnreg``; None leaves the choice to the compiler);
+    ``inert_padding`` writes padding tokens' decode rows all -1 (the
+    ``inert`` variant)."""
     num_tokens = args.num_tokens
     width = args.max_compressed_tokens
     if num_tokens == 0:
@@ -269,6 +286,7 @@ def launch_tiled(
         args.compress_ratio,
         args.block_size,
         *row_strides(args),
+        int(inert_padding),
         BLOCK_T=block_t,
         BLOCK_W=block_w,
         WIDE_W=wide_w,
@@ -278,7 +296,7 @@ def launch_tiled(
     )
 
 
-def launch(args: BuildArgs) -> None:
+def launch(args: BuildArgs, inert_padding: bool = False) -> None:
     """Launch without validation (benchmarks); callers guarantee the contract."""
     launch_tiled(
         args,
@@ -286,6 +304,7 @@ def launch(args: BuildArgs) -> None:
         num_warps=NUM_WARPS,
         programs_per_sm=PROGRAMS_PER_SM,
         max_registers=MAX_REGISTERS,
+        inert_padding=inert_padding,
     )
 
 
@@ -293,3 +312,13 @@ jit_functions = (c128a_topk_kernel,)
 """The Triton functions this target launches (the recompile check counts their variants)."""
 
 build_c128a_topk_metadata = triton_builder(launch)
+"""The contract's function around a Triton launcher."""
+
+inert = types.SimpleNamespace(
+    build_c128a_topk_metadata=triton_builder(
+        functools.partial(launch, inert_padding=True), "inert"
+    ),
+    padding_rows=INERT,
+    jit_functions=jit_functions,
+)
+"""The same kernel under the ``inert`` padding-row variant (target ``triton-inert``)."""

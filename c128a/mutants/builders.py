@@ -10,6 +10,7 @@ import torch
 from ..contract import (
     BLOCK_SIZE,
     COMPRESS_RATIO,
+    INERT,
     SENTINEL,
     BuildArgs,
     Views,
@@ -30,9 +31,12 @@ def rows_of(
     table=None,
     sentinel=SENTINEL,
     zero_padding_lens=True,
+    inert_padding=False,
 ):
     """The oracle's rows, with one piece replaceable: (decode [D, columns],
-    lens [D], prefill [T - D, columns]) as int32. ``columns`` defaults to W."""
+    lens [D], prefill [T - D, columns]) as int32. ``columns`` defaults to W;
+    ``inert_padding`` gives padding tokens' decode rows no active column
+    (the ``inert`` variant; the ``slots`` variant's rows by default)."""
     width = args.max_compressed_tokens
     num_decode = args.num_decode_tokens
     columns = width if columns is None else columns
@@ -41,6 +45,8 @@ def rows_of(
         lengths = attended_lengths(args.positions, args.compress_ratio, width)
     index = torch.arange(columns, device=device, dtype=torch.int64)
     active = index.unsqueeze(0) < lengths.unsqueeze(1)
+    if inert_padding:
+        active[:num_decode] &= (args.slot_mapping[:num_decode] >= 0).unsqueeze(1)
     fill = torch.tensor(sentinel, device=device, dtype=torch.int64)
     table = args.block_table if table is None else table
     if request_rows is None:
@@ -310,6 +316,30 @@ def _build_padding_is_minus_one(args: BuildArgs) -> Views:
     decode, lens, prefill = rows_of(args, zero_padding_lens=False)
     padding = args.slot_mapping[: args.num_decode_tokens] == -1
     return write_and_return(args, (decode, torch.where(padding, 0, lens), prefill))
+
+
+@builder_mutant(
+    "declares padding_rows='inert' but writes a padding token's decode row like a real "
+    "token's (real slot ids in columns < n(t)), as vLLM 0.33/0.34 do: the row publishes "
+    "physical cache indices",
+    "padding rows publish cache indices",
+    ("padding", "matches_oracle"),
+    padding_rows=INERT,
+)
+def _build_inert_claim_keeps_slots(args: BuildArgs) -> Views:
+    validated(args)
+    return write_and_return(args, rows_of(args))
+
+
+@builder_mutant(
+    "blanks a padding token's decode row to -1 in every column < W (the inert variant) "
+    "while declaring the default 'slots' variant, whose row holds real slot ids",
+    "padding tokens",
+    ("matches_oracle", "adaptive_equals_full"),
+)
+def _build_blanks_padding_rows(args: BuildArgs) -> Views:
+    validated(args)
+    return write_and_return(args, rows_of(args, inert_padding=True))
 
 
 @builder_mutant(

@@ -38,13 +38,18 @@ def _register(mutant: Mutant) -> Mutant:
     return mutant
 
 
-def builder_mutant(description: str, bug_class: str, killed_by: tuple[str, ...]):
+def builder_mutant(
+    description: str, bug_class: str, killed_by: tuple[str, ...], **declarations
+):
     """Register ``_build_NAME(args)`` (a faulty builder written against
-    :class:`~c128a.contract.BuildArgs`) as mutant ``NAME``, with vLLM's signature."""
+    :class:`~c128a.contract.BuildArgs`) as mutant ``NAME``, with vLLM's
+    signature and the target ``declarations`` (``padding_rows="inert"``, say)."""
 
     def register(build: Callable) -> Callable:
         name = build.__name__.removeprefix("_build_")
-        target = types.SimpleNamespace(build_c128a_topk_metadata=contract_builder(build, name))
+        target = types.SimpleNamespace(
+            build_c128a_topk_metadata=contract_builder(build, name), **declarations
+        )
         _register(Mutant(name, description, bug_class, killed_by, target))
         return build
 

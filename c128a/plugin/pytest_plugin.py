@@ -13,6 +13,7 @@ import os
 import pytest
 
 DEVICE_ENV = "C128A_DEVICE"  # c128a.targets.DEVICE_ENV, named here so loading imports nothing
+PADDING_ROWS_OPTION = "--c128a-padding-rows"
 XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
 STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
@@ -30,8 +31,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--c128a-target",
         metavar="SPEC",
         default=None,
-        help="implementation under test: triton (default), reference, vllm, MODULE or "
-        "MODULE:ATTR; falls back to $C128A_TARGET",
+        help="implementation under test: triton (default), triton-inert, reference, "
+        "reference-inert, vllm, vllm-release:VERSION, MODULE or MODULE:ATTR; falls back to "
+        "$C128A_TARGET",
+    )
+    group.addoption(
+        PADDING_ROWS_OPTION,
+        choices=("slots", "inert"),  # c128a.contract.PADDING_ROWS
+        default=None,
+        help="hold the target to this padding-row variant: slots (a padding token's decode "
+        "row holds real slot ids, vLLM 0.33/0.34) or inert (the row is -1 in every column "
+        "< W); falls back to $C128A_PADDING_ROWS, else what the target declares",
     )
     group.addoption(
         "--c128a-device",
@@ -79,6 +89,12 @@ def header_lines(
         target += f" -- UNAVAILABLE, tests that need it skip: {unavailable}"
     device_line = f"c128a device: {device}" + (" (Triton interpreter)" if interpreter else "")
     return [target, device_line, f"c128a hypothesis profile: {profile}"]
+
+
+def padding_rows_line(variant: str | None, origin: str) -> str:
+    """Header line: the padding-row variant the target is held to, and why
+    (``variant`` None: the target is unavailable and no option names one)."""
+    return f"c128a padding rows: {variant or 'unknown'} ({origin})"
 
 
 def _device_choice(config: pytest.Config) -> str | None:
@@ -191,12 +207,18 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"c128a: {exc}") from exc
 
     from c128a.failures import TargetSpecError, TargetUnavailable
-    from c128a.targets import load_target, resolve_spec
+    from c128a.targets import load_target, resolve_padding_rows, resolve_spec
 
     spec, origin = resolve_spec(config.getoption("c128a_target"))
+    try:
+        padding_rows, padding_origin = resolve_padding_rows(
+            config.getoption("c128a_padding_rows"), PADDING_ROWS_OPTION
+        )
+    except TargetSpecError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from exc
     target, unavailable = None, None
     try:
-        target = load_target(spec)
+        target = load_target(spec, padding_rows)
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
     except TargetUnavailable as exc:
@@ -212,6 +234,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "profile": profile,
         "target": target,
         "unavailable": unavailable,
+        # The override alone (None: the target's declaration), and the variant held to.
+        "padding_rows": (padding_rows, padding_origin),
+        "padding_rows_line": padding_rows_line(
+            target.padding_rows if target is not None else padding_rows, padding_origin
+        ),
         "strict_sentinels": strict_sentinels,
         "pinned_gpu": pinned_gpu,
         "xdist_line": xdist_line,
@@ -222,16 +249,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(_state_key, None)
     if state is None:
         return []
-    return header_lines(
+    target_line, *others = header_lines(
         state["spec"],
         state["origin"],
         state["device"],
         state["interpreter"],
         state["profile"],
         state["unavailable"],
-    ) + [strict_sentinels_line(*state["strict_sentinels"])] + (
-        [state["xdist_line"]] if state["xdist_line"] else []
-    ) + batch_invariant_lines()
+    )
+    # The padding-row variant right under the target it applies to.
+    return [target_line, state["padding_rows_line"], *others] + [
+        strict_sentinels_line(*state["strict_sentinels"])
+    ] + ([state["xdist_line"]] if state["xdist_line"] else []) + batch_invariant_lines()
 
 
 def batch_invariant_lines() -> list[str]:
@@ -280,6 +309,14 @@ def c128a_target(pytestconfig: pytest.Config):
     if state["target"] is None:
         pytest.skip(f"target {state['spec']!r} unavailable: {state['unavailable']}")
     return state["target"]
+
+
+@pytest.fixture(scope="session")
+def c128a_padding_rows_override(pytestconfig: pytest.Config) -> str | None:
+    """The padding-row variant ``--c128a-padding-rows`` or ``$C128A_PADDING_ROWS``
+    names, or None when the target's own declaration applies (a replayed case
+    then uses the variant it recorded)."""
+    return pytestconfig.stash[_state_key]["padding_rows"][0]
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,11 @@ situation:
    tokens have negative ``slot_mapping``), built eagerly into the same buffers
    at its own W, and the captured consumer is replayed.
 3. The consumer's output must equal the oracle consumer's, computed from the
-   oracle's result for that step; and the index window the consumer sees
-   (rows < S, columns < W_capture) must be what the contract leaves there:
-   the oracle's values where the step writes, the earlier bytes elsewhere.
+   oracle's result for that step (under the padding-row variant the target
+   is held to: :mod:`c128a.contract.padding_rows`); and the index window the
+   consumer sees (rows < S, columns < W_capture) must be what the contract
+   leaves there: the oracle's values where the step writes, the earlier
+   bytes elsewhere.
 
 Optional, off by default (``--c128a-strict-sentinels``): a consumer that trusts
 the -1 sentinel instead of ``decode_lens`` reads each row up to its first -1
@@ -37,7 +39,7 @@ from typing import Callable
 import torch
 
 from ..checks.diff import first_difference
-from ..contract import BLOCK_SIZE, COMPRESS_RATIO, attended_lengths
+from ..contract import BLOCK_SIZE, COMPRESS_RATIO, attended_lengths, padding_rows_of
 from ..contract.validation import check
 from ..failures import BadArgument, ReplayMismatch, StaleSentinelHazard, call_target
 from ..step import Batch, Buffers, BuildResult, StepRequest, assemble_batch, build, oracle_build
@@ -175,6 +177,7 @@ class ReplayHarness:
         )
         self.mode = mode
         self.target = target
+        self.padding_rows = padding_rows_of(target)  # what the oracle consumer reads
         self.ratio = COMPRESS_RATIO
         self.block_size = block_size
         self.max_model_len = max_model_len
@@ -279,9 +282,10 @@ class ReplayHarness:
         before = self.buffers.clone()
         result = self._build_step(batch, self.buffers)
         # The contract's buffers after this step: the earlier bytes, with the
-        # oracle's rows < T, columns < W written over them.
+        # oracle's rows < T, columns < W (under the target's padding-row
+        # variant) written over them.
         expected = before
-        oracle_build(batch, self.device, buffers=expected)
+        oracle_build(batch, self.device, buffers=expected, padding_rows=self.padding_rows)
 
         outcome = StepOutcome(step=self.steps, width=batch.width)
         if num_prefill:

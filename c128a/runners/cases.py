@@ -1,10 +1,11 @@
 """Failure cases: self-describing JSON files, and replaying them.
 
 A case holds everything needed to rerun one failure without Hypothesis: the
-property, the target it failed on, the concrete inputs (a
-:class:`~c128a.step.Batch` as plain lists), plus the seed, Hypothesis's
-reproduce blob, versions and the failure message for the reader. JSON only,
-never pickle: a case is read by people and checked into ``tests/regressions``.
+property, the target it failed on and the padding-row variant it was held
+to, the concrete inputs (a :class:`~c128a.step.Batch` as plain lists), plus
+the seed, Hypothesis's reproduce blob, versions and the failure message for
+the reader. JSON only, never pickle: a case is read by people and checked
+into ``tests/regressions``.
 Its schema is the :class:`Case` dataclass itself (:mod:`c128a.step.schema`).
 
 Kinds: ``failure`` (a property's check raised; the shrunk example, or the
@@ -45,10 +46,11 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..checks.profiles import register_profiles
+from ..contract import PaddingRows
 from ..failures import BadArgument, CaseError, ContractViolation, call_target, failure_text, is_kill
 from ..step import Batch
 from ..step.schema import INT32, Range, from_json
-from ..targets import import_object
+from ..targets import held_to, import_object
 
 CASE_FORMAT = "c128a-case/1"
 KINDS = ("failure", "crash", "hang", "serving_loop")
@@ -88,6 +90,9 @@ class Case:
     # A serving-loop round's size: replayable from its seed.
     round_examples: Annotated[int, Range(1, INT32.high)] | None = None
     profile: str | None = None  # the Hypothesis profile the round ran under
+    # The padding-row variant the target was held to (None: recorded before
+    # variants existed, so the replay target's own declaration).
+    padding_rows: PaddingRows | None = None
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     created: str = ""
     path: Path | None = dataclasses.field(default=None, compare=False, metadata={"json": False})
@@ -160,10 +165,11 @@ def new_case(*, property: str, target: str, kind: str, failure: str, **fields) -
 
 
 def case_identity(case: Case) -> str:
-    """A short hash of what makes the failure: property and inputs (not the
-    message). Without concrete inputs: a serving-loop failure's steps; a
-    crashed or hung round's target, seed and size (every such crash is its
-    own case); a failure drawn from the target's policy, its target and blob."""
+    """A short hash of what makes the failure: property, inputs and the
+    padding-row variant (not the message). Without concrete inputs: a
+    serving-loop failure's steps; a crashed or hung round's target, seed and
+    size (every such crash is its own case); a failure drawn from the
+    target's policy, its target and blob."""
     if case.batch is not None:
         inputs: Any = case.batch.to_json()
         inputs.pop("labels", None)  # labels describe the batch; they are not inputs
@@ -174,7 +180,12 @@ def case_identity(case: Case) -> str:
                   "round_examples": case.round_examples, "steps": case.steps}
     else:
         inputs = {"kind": case.kind, "target": case.target, "blob": case.reproduce_blob}
-    text = json.dumps([case.property, inputs], sort_keys=True)
+    identity = [case.property, inputs]
+    if case.padding_rows is not None:
+        # The same inputs fail differently under the other variant; cases
+        # recorded before variants existed keep their names.
+        identity.append(case.padding_rows)
+    text = json.dumps(identity, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -451,9 +462,22 @@ def _as_the_target_chooses(batch: Batch, target) -> tuple[Batch, Outcome | None]
     return chosen, None
 
 
-def replay_case(case: Case, target, device, *, properties=None, machine_factory=None) -> Outcome:
-    """Run the case's check on ``target``: passes, or the failure's readable diff."""
+def replay_variant(case: Case, override: str | None = None) -> str | None:
+    """The padding-row variant a case replays under: ``override`` (an option),
+    else the one the case recorded; None (the target's own declaration) for
+    a case recorded before variants existed."""
+    return override or case.padding_rows
+
+
+def replay_case(
+    case: Case, target, device, *, properties=None, machine_factory=None,
+    padding_rows: str | None = None,
+) -> Outcome:
+    """Run the case's check on ``target``: passes, or the failure's readable
+    diff. ``target`` is held to the padding-row variant :func:`replay_variant`
+    chooses (``padding_rows``, an override, else the case's recorded one)."""
     device = torch.device(device)
+    target = held_to(target, replay_variant(case, padding_rows))
     if case.property == SERVING_LOOP:
         if machine_factory is None:
             machine_factory = import_object(DEFAULT_MACHINE)

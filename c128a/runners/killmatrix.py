@@ -31,7 +31,7 @@ from ..targets import Target
 
 README_START = "<!-- kill-matrix:start -->"
 README_END = "<!-- kill-matrix:end -->"
-DEFAULT_EXPECT_PASS = ("triton", "reference")
+DEFAULT_EXPECT_PASS = ("triton", "reference", "triton-inert", "reference-inert")
 MUTANT_PREFIX = "c128a.mutants:"
 
 

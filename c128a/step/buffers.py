@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import phases
-from ..contract import Views, write_metadata
+from ..contract import SLOTS, Views, write_metadata
 from ..failures import HarnessError, InvariantViolation, call_target
 
 if TYPE_CHECKING:
@@ -114,18 +114,18 @@ def build(
 
 def oracle_build(
     batch: "Batch", device: torch.device | str, *, width: int | None = None,
-    buffers: Buffers | None = None,
+    buffers: Buffers | None = None, padding_rows: str = SLOTS,
 ) -> BuildResult:
     """The oracle's build of ``batch`` (unchecked: steps come from the
-    strategies or from a validated case). A refusal means the suite itself
-    drew a step outside the contract."""
+    strategies or from a validated case) under the ``padding_rows`` variant.
+    A refusal means the suite itself drew a step outside the contract."""
     width = batch.width if width is None else width
     if buffers is None:
         buffers = Buffers.for_batch(batch, device)
     args = batch.build_args(batch.tensors(device), buffers, width)
     with phases.phase("oracle"):
         try:
-            views = write_metadata(args)
+            views = write_metadata(args, padding_rows)
         except Exception as exc:
             raise HarnessError(
                 f"the oracle could not build a step the suite drew ({type(exc).__name__}: {exc}); "

@@ -16,7 +16,7 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from ..failures import CaseError, HarnessError
 
@@ -79,7 +79,8 @@ def from_json(cls, data: Any, path, field: str, converters=None):
 
 def read_value(annotation, value: Any, path, where: str):
     """``value`` checked against ``annotation``: int (with its Range), str,
-    bool, float, ``tuple[T, ...]``, ``dict[str, T]``, ``T | None``."""
+    bool, float, ``Literal[...]`` (one of its strings), ``tuple[T, ...]``,
+    ``dict[str, T]``, ``T | None``."""
     bounds = None
     if typing.get_origin(annotation) is Annotated:
         annotation, *extras = typing.get_args(annotation)
@@ -91,6 +92,12 @@ def read_value(annotation, value: Any, path, where: str):
             return None
         (inner,) = [o for o in options if o is not type(None)]
         return read_value(inner, value, path, where)
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        if not (isinstance(value, str) and value in choices):
+            listed = ", ".join(repr(c) for c in choices)
+            raise CaseError(path, where, f"must be one of {listed}, got {value!r:.40}")
+        return value
     if annotation is int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise CaseError(path, where, f"must be an integer, got {_json_type(value)} {value!r:.40}")

@@ -5,25 +5,30 @@ from .device import DEVICE_ENV, default_device, interpreter_on, use_device
 from .specs import (
     BUILTIN_TARGETS,
     DEFAULT_TARGET,
+    PADDING_ROWS_ENV,
     TARGET_ENV,
     import_object,
     is_project_target,
     load_target,
+    resolve_padding_rows,
     resolve_spec,
 )
-from .target import Target
+from .target import Target, held_to
 
 __all__ = [
     "BUILTIN_TARGETS",
     "DEFAULT_TARGET",
     "DEVICE_ENV",
+    "PADDING_ROWS_ENV",
     "TARGET_ENV",
     "Target",
     "default_device",
+    "held_to",
     "import_object",
     "interpreter_on",
     "is_project_target",
     "load_target",
+    "resolve_padding_rows",
     "resolve_spec",
     "use_device",
 ]

@@ -5,6 +5,8 @@ Specs (the same for pytest's ``--c128a-target``, ``C128A_TARGET`` and the CLI's
 
 - ``triton`` (default): the project's kernel, :mod:`c128a.kernels.adaptive`;
 - ``reference``: the oracle, :mod:`c128a.contract.oracle`;
+- ``triton-inert``, ``reference-inert``: the same two under the ``inert``
+  padding-row variant (:mod:`c128a.contract.padding_rows`);
 - ``vllm``: vLLM's builder from ``vllm.models.deepseek_v4.sparse_mla``;
 - ``vllm-release:VERSION`` or ``vllm-release:PATH``: the builder as a vLLM
   release's wheel ships it, read without installing vLLM
@@ -12,6 +14,10 @@ Specs (the same for pytest's ``--c128a-target``, ``C128A_TARGET`` and the CLI's
 - ``MODULE:ATTR`` or ``MODULE``: any importable object with a
   ``build_c128a_topk_metadata`` callable (vLLM's signature) and the optional
   attributes :class:`~c128a.targets.target.Target` reads.
+
+The padding-row variant a target is held to is the one it declares, unless
+``--c128a-padding-rows`` / ``--padding-rows`` or ``C128A_PADDING_ROWS`` names
+another (:func:`resolve_padding_rows`, applied by :func:`load_target`).
 
 Loading a target may import kernels, so choose the device first
 (:func:`c128a.targets.device.use_device`).
@@ -22,20 +28,25 @@ from __future__ import annotations
 import importlib
 import os
 
+from ..contract import check_padding_rows
 from ..failures import TargetSpecError, TargetUnavailable, UsageError
-from .target import Target
+from .target import Target, held_to
 from .vllm_release import is_vllm_release_spec, load_vllm_release
 
 TARGET_ENV = "C128A_TARGET"
+PADDING_ROWS_ENV = "C128A_PADDING_ROWS"
 DEFAULT_TARGET = "triton"
 VLLM_MODULE = "vllm.models.deepseek_v4.sparse_mla"
 BUILTIN_TARGETS = {
     "triton": "c128a.kernels.adaptive",
+    "triton-inert": "c128a.kernels.adaptive:inert",
     "reference": "c128a.contract.oracle",
+    "reference-inert": "c128a.contract.oracle:inert",
     "vllm": VLLM_MODULE,
 }
-PROJECT_TARGETS = frozenset({"triton", "reference", *BUILTIN_TARGETS.values()} - {VLLM_MODULE})
+PROJECT_TARGETS = frozenset({*BUILTIN_TARGETS, *BUILTIN_TARGETS.values()} - {"vllm", VLLM_MODULE})
 """The project's own builders: they also check what the contract leaves open."""
+DECLARED = "declared by the target"
 
 
 def resolve_spec(option_value: str | None, option: str = "--c128a-target") -> tuple[str, str]:
@@ -46,6 +57,21 @@ def resolve_spec(option_value: str | None, option: str = "--c128a-target") -> tu
     if env_value:
         return env_value, f"${TARGET_ENV}"
     return DEFAULT_TARGET, "default"
+
+
+def resolve_padding_rows(
+    option_value: str | None, option: str = "--c128a-padding-rows"
+) -> tuple[str | None, str]:
+    """(variant, where it came from) the target is held to: the option, else
+    ``$C128A_PADDING_ROWS``, else (None, "declared by the target"). A value
+    that names no variant is a :class:`~c128a.failures.TargetSpecError`
+    naming where it came from."""
+    if option_value:
+        return check_padding_rows(option_value.strip(), option), f"from {option}"
+    env_value = os.environ.get(PADDING_ROWS_ENV, "").strip()
+    if env_value:
+        return check_padding_rows(env_value, f"${PADDING_ROWS_ENV}"), f"from ${PADDING_ROWS_ENV}"
+    return None, DECLARED
 
 
 def import_object(spec: str, what: str = "spec", error: type[UsageError] = UsageError):
@@ -69,9 +95,13 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
     return obj
 
 
-def load_target(spec: str) -> Target:
-    """Import the target named by ``spec`` and check its shape."""
-    spec = spec.strip()
+def load_target(spec: str, padding_rows: str | None = None) -> Target:
+    """Import the target named by ``spec`` and check its shape; held to the
+    ``padding_rows`` variant where given (None: the one it declares)."""
+    return held_to(_load(spec.strip()), padding_rows)
+
+
+def _load(spec: str) -> Target:
     if is_vllm_release_spec(spec):
         return load_vllm_release(spec)
     if spec == "vllm":

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from ..contract import BUILD_FUNCTION, policy
+from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, check_padding_rows, policy
 from ..failures import TargetSpecError
 
 OPTIONAL_POLICY = ("active_topk_width", "capacity_width")
@@ -16,8 +17,10 @@ class Target:
     """The builder under test, its width policy (the project's where it brings
     none), and its declarations: ``validates_input`` (bad input raises
     ``ValueError``), ``full_width_decode_views`` (decode views at W = C,
-    contiguous), ``jit_functions`` (its Triton JIT functions, where it names
-    them: for counting compiled variants)."""
+    contiguous), ``padding_rows`` (what a padding token's decode row holds:
+    ``slots`` or ``inert``, :mod:`c128a.contract.padding_rows`),
+    ``jit_functions`` (its Triton JIT functions, where it names them: for
+    counting compiled variants)."""
 
     spec: str
     build_c128a_topk_metadata: Callable
@@ -27,6 +30,11 @@ class Target:
     full_width_decode_views: bool = False
     uses_project_policy: bool = True
     jit_functions: tuple = ()
+    padding_rows: str = DEFAULT_PADDING_ROWS
+
+    def __post_init__(self) -> None:
+        # Every way to a Target (from_object, its overrides, dataclasses.replace) passes here.
+        check_padding_rows(self.padding_rows, f"target {self.spec!r}")
 
     def __str__(self) -> str:
         return self.spec
@@ -55,8 +63,26 @@ class Target:
             validates_input=bool(getattr(obj, "validates_input", True)),
             full_width_decode_views=bool(getattr(obj, "full_width_decode_views", False)),
             jit_functions=tuple(getattr(obj, "jit_functions", None) or ()),
+            padding_rows=_declared(getattr(obj, "padding_rows", None)),
             uses_project_policy=not own_policy,
             **own_policy,
         )
         values.update(overrides)
         return cls(**values)
+
+
+def _declared(padding_rows):
+    """What a target object's ``padding_rows`` attribute declares (None: nothing)."""
+    return DEFAULT_PADDING_ROWS if padding_rows is None else padding_rows
+
+
+def held_to(target, padding_rows: str | None):
+    """``target`` held to the ``padding_rows`` variant instead of the one it
+    declares (None: as it declares). A :class:`Target` comes back with the
+    field replaced; any other target object is read as one first."""
+    declared = _declared(getattr(target, "padding_rows", None))
+    if padding_rows is None or padding_rows == declared:
+        return target
+    if not isinstance(target, Target):
+        target = Target.from_object(str(getattr(target, "spec", target)), target)
+    return dataclasses.replace(target, padding_rows=padding_rows)

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def _from_version(spec: str, version: str) -> Target:
         header = kernels.read_header(extract) if extract.exists() else {}
         current = header.get(kernels.FORMAT_KEY) == kernels.EXTRACT_FORMAT
         if not (current and header.get(VERSION_KEY) == version):
-            wheel = _cached_wheel(folder, version) or download_wheel(version, folder)
+            wheel = _cached_wheel(folder, version) or _download_once(version, folder)
             _write_from_wheel(spec, wheel, version, extract)
     return _target(spec, extract, version)
 
@@ -281,6 +282,35 @@ _NETWORK_SIGNS = (
     "Could not fetch URL",
     "SSLError",
 )
+
+
+UNAVAILABLE_NAME = ".unavailable"
+UNAVAILABLE_FOR_S = 600.0
+"""How long a failed download is remembered: every process that loads the
+target in that time (each pytest-xdist or fuzz worker) gets the same reason at
+once, instead of waiting its turn to try pip again."""
+
+
+def _download_once(version: str, folder: Path) -> Path:
+    """:func:`download_wheel`, or the reason it failed within the last
+    :data:`UNAVAILABLE_FOR_S` seconds (kept in the cache folder)."""
+    remembered = folder / UNAVAILABLE_NAME
+    try:
+        if time.time() - remembered.stat().st_mtime < UNAVAILABLE_FOR_S:
+            raise TargetUnavailable(remembered.read_text().strip() + " (remembered from an "
+                                    f"attempt under {UNAVAILABLE_FOR_S:g} s ago: {remembered})")
+    except OSError:
+        pass
+    try:
+        wheel = download_wheel(version, folder)
+    except TargetUnavailable as exc:
+        try:
+            remembered.write_text(f"{exc}\n")
+        except OSError:
+            pass
+        raise
+    remembered.unlink(missing_ok=True)
+    return wheel
 
 
 def download_wheel(version: str, folder: Path) -> Path:

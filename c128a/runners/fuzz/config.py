@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...checks.profiles import PROFILES
+from ...contract import PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
 from ...step.schema import read_value, type_hints
 from ...targets import import_object
@@ -33,6 +34,7 @@ class FuzzOptions:
     against its annotation."""
 
     target: str | None = None
+    padding_rows: PaddingRows | None = None
     device: str | None = None
     minutes: float | None = None
     max_examples: int | None = None
@@ -66,6 +68,8 @@ class FuzzConfig:
     """Everything a run needs; picklable, so spawned workers receive it whole."""
 
     target: str = "triton"
+    # The padding-row variant the workers hold the target to (None: its own).
+    padding_rows: str | None = None
     device: str = "cpu"
     minutes: float | None = None
     max_examples: int | None = None
@@ -151,10 +155,12 @@ def default_workers(device: str) -> tuple[int, int]:
     return usable_cores(), 0
 
 
-def resolve(options: FuzzOptions, *, target: str, device: str) -> FuzzConfig:
-    """The run's configuration from the given options (target and device
-    already resolved and loaded); a :class:`~c128a.failures.UsageError` for
-    any option outside its rule."""
+def resolve(
+    options: FuzzOptions, *, target: str, device: str, padding_rows: str | None = None
+) -> FuzzConfig:
+    """The run's configuration from the given options (target, its
+    padding-row variant and device already resolved and loaded); a
+    :class:`~c128a.failures.UsageError` for any option outside its rule."""
     workers, gpus = default_workers(device)
     if options.workers is not None:
         if options.workers < 1:
@@ -203,8 +209,8 @@ def resolve(options: FuzzOptions, *, target: str, device: str) -> FuzzConfig:
         if getattr(options, name) is not None
     }
     config = FuzzConfig(
-        target=target, device=device, minutes=minutes, seed=seed, workers=workers,
-        profile=profile, gpu_count=gpus, **given,
+        target=target, padding_rows=padding_rows, device=device, minutes=minutes, seed=seed,
+        workers=workers, profile=profile, gpu_count=gpus, **given,
     )
     return dataclasses.replace(
         config, example_timeout=float(config.example_timeout), machine=config.machine or None

@@ -210,6 +210,7 @@ class Supervisor:
             outside_contract=contract_breach(batch) if batch is not None else None,
             round_examples=record.get("round_examples"),
             profile=record.get("profile"),
+            padding_rows=self.config.padding_rows,
         )
         self.record_case(case)
 
@@ -502,6 +503,7 @@ class Supervisor:
         return {
             "format": REPORT_FORMAT,
             "target": self.config.target,
+            "padding_rows": self.config.padding_rows,
             "device": self.config.device,
             "seed": self.config.seed,
             "profile": self.config.profile,

@@ -24,6 +24,7 @@ import torch
 from hypothesis import seed as use_seed
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import FlakyStrategyDefinition
 from hypothesis.internal import observability
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -103,6 +104,7 @@ class FailureBlob:
 
     def __init__(self):
         self.blob: str | None = None
+        self.failed = False  # an example of the round failed (shrinking runs)
         self.on = False
         self._coverage = observability.OBSERVABILITY_COLLECT_COVERAGE
 
@@ -121,6 +123,7 @@ class FailureBlob:
     def _observe(self, observation) -> None:
         if getattr(observation, "type", None) != "test_case" or observation.status != "failed":
             return
+        self.failed = True
         decorator = observation.metadata.reproduction_decorator
         if decorator:
             # "@reproduce_failure('6.170.17', b'AX...')": the call's two literal arguments.
@@ -173,7 +176,7 @@ class Worker:
         self.device = torch.device(self.device_name)
         profiles.register_profiles()
         self.profile = settings.get_profile(config.profile)
-        self.target = load_target(config.target)
+        self.target = load_target(config.target, config.padding_rows)
         properties = import_object(config.properties, "--properties")
         names = config.only or tuple(properties)
         unknown = sorted(set(names) - set(properties) - {SERVING_LOOP})
@@ -225,6 +228,7 @@ class Worker:
             seed=seed,
             outside_contract=contract_breach(batch) if batch is not None else None,
             profile=self.config.profile,
+            padding_rows=self.target.padding_rows,
             **fields,
         )
 
@@ -246,6 +250,13 @@ class Worker:
                 self.property_round(item, seed, examples)
             self.progress.flush()
             number += 1
+
+    def cut_by_the_stop(self, exc: Exception, failed: bool) -> bool:
+        """Whether ``exc`` is only the stop showing through Hypothesis: an
+        example ended early by the stop, where an earlier one with the same
+        start drew further, reads to Hypothesis as inconsistent data
+        generation. (With a failure found, the round ends normally.)"""
+        return self.stopping() and not failed and isinstance(exc, FlakyStrategyDefinition)
 
     def round_settings(self, examples: int, database=True):
         """Settings of one round: the run's profile and database."""
@@ -295,6 +306,8 @@ class Worker:
         except StopRequested:
             return
         except Exception as exc:
+            if self.cut_by_the_stop(exc, bool(failing)):
+                return
             if failing:
                 batch, original = failing
             elif is_kill(exc):
@@ -324,7 +337,7 @@ class Worker:
         blob = FailureBlob()
 
         def start_example(machine_self):
-            if worker.stopping():
+            if worker.stopping() and not blob.failed:  # a failure found shrinks to its end
                 raise StopRequested
             worker.write_inflight(SERVING_LOOP, seed, examples=examples)
             worker.progress.count(SERVING_LOOP)
@@ -340,6 +353,8 @@ class Worker:
         except StopRequested:
             return
         except Exception as exc:
+            if self.cut_by_the_stop(exc, blob.failed):
+                return
             if is_cuda_fault(exc):
                 self.die_of_cuda_fault(SERVING_LOOP, seed, None, exc)
             if not is_kill(exc):
@@ -357,6 +372,7 @@ class Worker:
                 steps="\n".join(notes),
                 round_examples=examples,
                 profile=self.config.profile,
+                padding_rows=self.target.padding_rows,
             ).to_json())
         finally:
             blob.stop()
