@@ -511,7 +511,7 @@ def test_the_suite_sets_a_per_test_timeout(pytestconfig):
     assert float(pytestconfig.getini("timeout")) >= 600
 
 
-def test_a_stop_in_the_middle_of_a_serving_loop_round_is_no_error(tmp_path):
+def test_a_stop_in_the_middle_of_a_serving_loop_round_is_no_error(tmp_path, c128a_device):
     """The stop ends a machine example early, which Hypothesis reads as
     inconsistent data generation (FlakyStrategyDefinition): that is the stop,
     not a fault of the suite (the H200's 16-worker fuzz run reported it as one)."""
@@ -521,7 +521,8 @@ def test_a_stop_in_the_middle_of_a_serving_loop_round_is_no_error(tmp_path):
     from c128a.runners.fuzz import worker as fuzz_worker
 
     config = make_config(tmp_path, machine="c128a.replay:serving_loop_machine", stateful=True,
-                         only=("serving_loop",), max_examples=None, minutes=1, profile="fuzz")
+                         only=("serving_loop",), max_examples=None, minutes=1, profile="fuzz",
+                         device=c128a_device.type)  # in this process: the session's device
     for round_number in range(3):
         channel, stop = queue.Queue(), threading.Event()
         worker = fuzz_worker.Worker(0, 0, config, channel, stop, str(tmp_path / "inflight.json"),
