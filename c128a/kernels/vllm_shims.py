@@ -34,21 +34,6 @@ import triton.language as tl
 
 from . import INTERPRETED
 
-__all__ = [
-    "DeviceCapability",
-    "LaunchSpec",
-    "SUPPLIED",
-    "TritonWarmupTensor",
-    "VllmTritonJitKernel",
-    "cdiv",
-    "current_platform",
-    "kernel_launcher",
-    "next_power_of_2",
-    "tl",
-    "torch",
-    "triton",
-]
-
 
 def cdiv(numerator: int, denominator: int) -> int:
     """Integer division rounding up."""
@@ -188,3 +173,5 @@ SUPPLIED: dict[str, str] = {
 }
 """Every name an extract may take from outside vLLM's file, and the import
 statement the extract uses for it."""
+
+__all__ = ["SUPPLIED", *SUPPLIED]

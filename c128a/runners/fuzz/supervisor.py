@@ -1,11 +1,11 @@
 """The parent of a fuzz run: spawns, watches and restarts workers.
 
 The work happens in worker processes (multiprocessing's spawn context, safe
-with CUDA), one per GPU on CUDA (each pinned to its GPU) or one per core on
-the CPU. A worker that dies (a CUDA fault, a signal) or runs one example past
+with CUDA): about one per core, on CUDA shared among the GPUs (each pinned to
+its GPU). A worker that dies (a CUDA fault, a signal) or runs one example past
 ``--example-timeout`` is killed and restarted; the parent keeps its in-flight
-input as a ``crash`` or ``hang`` case. Only that worker's current example is
-lost.
+input as a ``crash`` or ``hang`` case. A worker's first failing example is
+saved before it shrinks, so a stop or a kill loses nothing found.
 """
 
 from __future__ import annotations
