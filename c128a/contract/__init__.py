@@ -12,7 +12,13 @@ from .padding_rows import (
     check_padding_rows,
     padding_rows_of,
 )
-from .policy import active_topk_width, capacity_width, reachable_widths
+from .policy import (
+    active_topk_width,
+    capacity_width,
+    reachable_widths,
+    target_capacity,
+    target_width,
+)
 from .sizes import (
     BLOCK_SIZE,
     COMPRESS_RATIO,
@@ -52,6 +58,8 @@ __all__ = [
     "contract_builder",
     "padding_rows_of",
     "reachable_widths",
+    "target_capacity",
+    "target_width",
     "returned_views",
     "write_metadata",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..failures import BadArgument
+from ..failures import BadArgument, call_target
 from .sizes import COMPRESS_RATIO, WIDTH_ALIGNMENT
 from .validation import check, check_positive_int
 
@@ -83,3 +83,19 @@ def reachable_widths(capacity: int) -> list[int]:
     """Every width the policy can return for this capacity, smallest first."""
     widths = {min(1 << k, capacity) for k in range(7, max(capacity.bit_length(), 8) + 1)}
     return sorted(w for w in widths if w <= capacity)
+
+
+def target_capacity(target, max_model_len: int, compress_ratio: int = COMPRESS_RATIO) -> int:
+    """The capacity ``target``'s own policy gives (the project's when ``target``
+    is None); whatever that raises is a :class:`~c128a.failures.TargetRaised`."""
+    capacity_of = capacity_width if target is None else target.capacity_width
+    return call_target("target_raised", "capacity_width", capacity_of, max_model_len,
+                       compress_ratio)
+
+
+def target_width(target, max_seq_len: int, compress_ratio: int, capacity: int) -> int:
+    """The width ``target``'s own policy gives a step (the project's when
+    ``target`` is None); whatever that raises is a :class:`~c128a.failures.TargetRaised`."""
+    width_of = active_topk_width if target is None else target.active_topk_width
+    return call_target("target_raised", "active_topk_width", width_of, max_seq_len,
+                       compress_ratio, capacity)

@@ -39,9 +39,16 @@ from typing import Callable
 import torch
 
 from ..checks.diff import first_difference
-from ..contract import BLOCK_SIZE, COMPRESS_RATIO, attended_lengths, padding_rows_of
+from ..contract import (
+    BLOCK_SIZE,
+    COMPRESS_RATIO,
+    attended_lengths,
+    padding_rows_of,
+    target_capacity,
+    target_width,
+)
 from ..contract.validation import check
-from ..failures import BadArgument, ReplayMismatch, StaleSentinelHazard, call_target
+from ..failures import BadArgument, ReplayMismatch, StaleSentinelHazard
 from ..step import Batch, Buffers, BuildResult, StepRequest, assemble_batch, build, oracle_build
 from .consumer import (
     ConsumerOutput,
@@ -181,13 +188,8 @@ class ReplayHarness:
         self.ratio = COMPRESS_RATIO
         self.block_size = block_size
         self.max_model_len = max_model_len
-        self.capacity = call_target(
-            "target_raised", "capacity_width", target.capacity_width, max_model_len, self.ratio
-        )
-        self.capture_width = call_target(
-            "target_raised", "active_topk_width", target.active_topk_width, max_model_len,
-            self.ratio, self.capacity,
-        )
+        self.capacity = target_capacity(target, max_model_len, self.ratio)
+        self.capture_width = target_width(target, max_model_len, self.ratio, self.capacity)
         self.sizes = capture_sizes(capture_limit)
         self.rows = max(buffer_rows or 0, self.sizes[-1])
         self.strict_sentinels = strict_sentinels

@@ -30,8 +30,8 @@ from hypothesis import event, note
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
 
 from ..checks import check_step
-from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS
-from ..failures import HarnessError, call_target
+from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
+from ..failures import HarnessError
 from ..step import Batch, StepRequest, assemble_batch
 from .harness import ReplayHarness
 
@@ -297,10 +297,7 @@ def build_machine(
                 block_table=table,
                 max_model_len=max_model_len,
                 capacity=capacity,
-                width=call_target(
-                    "target_raised", "active_topk_width", target.active_topk_width,
-                    max_seq_len, COMPRESS_RATIO, capacity,
-                ),
+                width=target_width(target, max_seq_len, COMPRESS_RATIO, capacity),
                 buffer_rows=self.harness.rows,
                 block_size=block_size,
                 labels=("serving-loop step",),

@@ -46,8 +46,8 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..checks.profiles import register_profiles
-from ..contract import PaddingRows
-from ..failures import BadArgument, CaseError, ContractViolation, call_target, failure_text, is_kill
+from ..contract import PaddingRows, target_capacity, target_width
+from ..failures import BadArgument, CaseError, ContractViolation, failure_text, is_kill
 from ..step import Batch
 from ..step.schema import INT32, Range, from_json
 from ..targets import held_to, import_object
@@ -356,7 +356,7 @@ def _bad_blob(exc: BaseException | None) -> Outcome | None:
     return None
 
 
-def _run_pinned(run, case: Case) -> tuple[BaseException | None, str]:
+def _run_pinned(run) -> tuple[BaseException | None, str]:
     """Run a test pinned to a reproduce blob: (what it raised, what it printed);
     DidNotReproduce (the failure is gone) comes back as None."""
     printed = io.StringIO()  # Hypothesis prints the steps as it replays them
@@ -383,11 +383,10 @@ def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
     pinned = type(machine.__name__, (machine,), {})
     reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
     exc, printed = _run_pinned(
-        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None)),
-        case,
+        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None))
     )
-    if _bad_blob(exc):
-        return _bad_blob(exc)
+    if (refused := _bad_blob(exc)) is not None:
+        return refused
     if exc is not None:
         steps = "\n".join(n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n)
         return _verdict_of(exc, f"{failure_text(exc)}\n{steps or printed}".rstrip())
@@ -431,9 +430,9 @@ def replay_from_blob(case: Case, prop, target, device) -> Outcome:
     test = prop.test(target, device, settings=settings(database=None, deadline=None),
                      examples=False)
     reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(test)
-    exc, _ = _run_pinned(test, case)
-    if _bad_blob(exc):
-        return _bad_blob(exc)
+    exc, _ = _run_pinned(test)
+    if (refused := _bad_blob(exc)) is not None:
+        return refused
     if exc is not None:
         return _verdict_of(exc, failure_text(exc))
     return Outcome(PASSES, "the recorded example no longer fails")
@@ -446,10 +445,8 @@ def _as_the_target_chooses(batch: Batch, target) -> tuple[Batch, Outcome | None]
     chooses widths outside the contract still fails; one that now chooses
     valid widths is checked at them."""
     try:
-        capacity = call_target("target_raised", "capacity_width", target.capacity_width,
-                               batch.max_model_len, batch.compress_ratio)
-        width = call_target("target_raised", "active_topk_width", target.active_topk_width,
-                            batch.max_seq_len, batch.compress_ratio, capacity)
+        capacity = target_capacity(target, batch.max_model_len, batch.compress_ratio)
+        width = target_width(target, batch.max_seq_len, batch.compress_ratio, capacity)
     except ContractViolation as exc:
         return batch, Outcome(FAILS, failure_text(exc))
     chosen = dataclasses.replace(batch, capacity=capacity, width=width)

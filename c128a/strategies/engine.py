@@ -33,9 +33,11 @@ from ..contract import (
     MAX_QUERY_TOKENS_PER_DECODE,
     WIDTH_ALIGNMENT,
     policy,
+    target_capacity,
+    target_width,
 )
 from ..contract.validation import check, check_positive_int
-from ..failures import HarnessError, call_target
+from ..failures import HarnessError
 from ..step import PAGE_PRIME, Batch, PaddingToken, PermutedBlockTable, StepRequest, assemble_batch
 from .layout import (
     INDEX_BYTES,
@@ -112,24 +114,12 @@ def _model_len(fields: Fields, max_value: int) -> int:
     return 1 + value % max_value
 
 
-def _capacity(target, max_model_len: int, ratio: int = COMPRESS_RATIO) -> int:
-    capacity_width = policy.capacity_width if target is None else target.capacity_width
-    return call_target("target_raised", "capacity_width", capacity_width, max_model_len, ratio)
-
-
-def _policy_width(target, max_seq_len: int, capacity: int, ratio: int = COMPRESS_RATIO) -> int:
-    active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
-    return call_target(
-        "target_raised", "active_topk_width", active_topk_width, max_seq_len, ratio, capacity
-    )
-
-
 def capacities(target=None, *, max_model_len: int | None = None) -> st.SearchStrategy[int]:
     """The capacity C the target's policy (the project's when ``target`` is
     None) gives a drawn ``max_model_len``, or the given one. Shrinks towards
     the capacity of the smallest model length."""
     lens = st.just(max_model_len) if max_model_len is not None else max_model_lens()
-    return lens.map(lambda n: _capacity(target, n))
+    return lens.map(lambda n: target_capacity(target, n))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -323,7 +313,7 @@ def _batches(
     layout = Fields(draw(st.binary(min_size=LAYOUT_BYTES, max_size=LAYOUT_BYTES)))
     model_len = _model_len(layout, min(MAX_MODEL_LEN, MAX_CAPACITY * ratio))
     model_len = max_model_len or model_len
-    capacity = _capacity(target, model_len, ratio)
+    capacity = target_capacity(target, model_len, ratio)
 
     decode_count = layout.between(2, min_decode_requests, max_decode_requests)
     prefill_count = layout.between(2, min_prefill_requests, max_prefill_requests)
@@ -349,7 +339,7 @@ def _batches(
     kernel_level = False
     width_kind, width_value = layout.uint(1), layout.uint(2)
     if width is None:
-        width = _policy_width(target, max_seq_len, capacity, ratio)
+        width = target_width(target, max_seq_len, ratio, capacity)
         aligned = capacity // WIDTH_ALIGNMENT
         choice = width_kind % 3 if widths == "any" and aligned >= 1 else 0
         if choice == 1 and width > WIDTH_ALIGNMENT:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..contract import COMPRESS_RATIO, policy
-from ..failures import call_target
+from ..contract import COMPRESS_RATIO, target_capacity, target_width
 from ..step import Batch, PaddingToken, StepRequest, assemble_batch
 from .engine import pages_for
 
@@ -34,18 +33,11 @@ def engine_batch(
     one spare junk column per row. The capacity and width come from
     ``target``'s policy (the project's when None) unless ``width`` is given.
     """
-    capacity_width = policy.capacity_width if target is None else target.capacity_width
-    active_topk_width = policy.active_topk_width if target is None else target.active_topk_width
-    capacity = call_target(
-        "target_raised", "capacity_width", capacity_width, max_model_len, COMPRESS_RATIO
-    )
+    capacity = target_capacity(target, max_model_len, COMPRESS_RATIO)
     requests = [StepRequest.last(s, q) for s, q in [*decode, *prefill]]
     if width is None:
         max_seq_len = max((s for s, _ in [*decode, *prefill]), default=0)
-        width = call_target(
-            "target_raised", "active_topk_width", active_topk_width, max_seq_len,
-            COMPRESS_RATIO, capacity,
-        )
+        width = target_width(target, max_seq_len, COMPRESS_RATIO, capacity)
     real = sum(q for _, q in [*decode, *prefill])
     last = (requests[-1].positions[-1], len(requests) - 1) if requests else (0, 0)
     padding = [PaddingToken(*last, padding_slot)] * tail_padding

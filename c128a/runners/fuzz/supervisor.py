@@ -227,8 +227,7 @@ class Supervisor:
             path, new = write_case(case, self.config.cases_dir)
             entry.update(path=str(path), new=new)
         except OSError as exc:
-            entry["not_written"] = f"{self.config.cases_dir}: {exc.strerror or exc}"
-            entry["case"] = case.to_json()
+            _keep_unwritten(entry, case, self.config.cases_dir, exc)
         self.cases.append(entry)
         if self.config.exitfirst:
             self.request_stop()
@@ -256,8 +255,7 @@ class Supervisor:
                 try:
                     atomic_write_json(Path(first["path"]), case.to_json())
                 except OSError as exc:
-                    first["not_written"] = f"{first['path']}: {exc.strerror or exc}"
-                    first["case"] = case.to_json()
+                    _keep_unwritten(first, case, first["path"], exc)
             return
         if key in self.seen_failures:
             if first:  # it shrank to a failure already recorded: its unshrunk copy goes
@@ -548,6 +546,13 @@ class Supervisor:
             "cases": self.cases,
             "versions": versions(),
         }
+
+
+def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> None:
+    """A case that could not be written: kept whole in its report entry, with
+    where and why."""
+    entry["not_written"] = f"{where}: {exc.strerror or exc}"
+    entry["case"] = case.to_json()
 
 
 def _duration(seconds: float) -> str:
