@@ -181,6 +181,9 @@ def test_clean_run_reports_counts_coverage_and_versions(tmp_path):
         report["totals"]["examples"]
     )
     assert set(report["versions"]) >= {"c128a", "torch", "triton", "hypothesis", "python"}
+    for row in (*report["per_worker"], report["totals"]):
+        assert set(row["time_split"]) == {"drawing", "target", "oracle", "checks", "supervision"}
+        assert row["time_split"]["target"] > 0  # the stand-in's builds are the target's
     assert json.loads(Path(tmp_path / "report.json").read_text()) == report
     assert not list((tmp_path / "cases").glob("*.json"))
 
@@ -194,6 +197,7 @@ def test_time_limited_run_stops_by_itself_with_a_live_display(tmp_path):
     shown = screen.getvalue()
     assert "c128a fuzz: reference on cpu" in shown and "remaining" in shown
     assert "c128a fuzz summary" in shown
+    assert "time: drawing" in shown  # the live display's and the summary's time split
     assert report["minutes"] == 0.02 and report["max_examples"] is None
     assert report["per_worker"][0]["state"] in ("done", "stopped")  # not killed
 
@@ -402,3 +406,14 @@ def test_two_runs_sharing_redis_see_each_others_failures(tmp_path, redis_url):
     assert fuzz.run_fuzz(sharing)["exit_status"] == 1
     [saved] = cases.case_files(tmp_path / "c" / "cases")
     assert cases.load_case(saved).batch.positions == (THRESHOLD,)
+
+
+def test_the_in_flight_record_reads_back_whole_after_a_shorter_one(tmp_path):
+    from c128a.runners.fuzz.worker import InflightFile
+
+    path = tmp_path / "worker-0.json"
+    record = InflightFile(path)
+    record.write({"property": "matches_oracle", "batch": {"positions": list(range(50))}})
+    record.write({"property": "padding", "batch": None})
+    # Written in place, padded with spaces: still one JSON document, the last one.
+    assert json.loads(path.read_text()) == {"property": "padding", "batch": None}

@@ -104,6 +104,27 @@ def test_warmed_kernel_never_recompiles(c128a_device):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("first_width", [128, CAPACITY])
+def test_the_first_launch_compiles_both_warp_variants(first_width, c128a_device):
+    """Rows below WIDE_W and from it run with different warp counts (two
+    variants); whichever width comes first, its launch compiles both."""
+    from c128a.kernels import adaptive
+    from c128a.kernels.compiled import compiled_variant_count
+
+    assert adaptive.NUM_WARPS != adaptive.WIDE_NUM_WARPS
+    adaptive.c128a_topk_kernel.device_caches.clear()
+    adaptive._both_compiled.clear()
+    pages = CAPACITY // BLOCK_SIZE
+    table = torch.arange(64 * pages, dtype=torch.int32, device=c128a_device).view(64, pages)
+    dense = torch.zeros(ROWS, CAPACITY, dtype=torch.int32, device=c128a_device)
+    prefill = torch.zeros_like(dense)
+    for width in (first_width, 128 if first_width == CAPACITY else CAPACITY):
+        adaptive.launch(_launch_arguments(c128a_device, width, 4, 4, dense, prefill, table))
+        torch.cuda.synchronize(c128a_device)
+        assert compiled_variant_count(adaptive.c128a_topk_kernel, c128a_device) == 2
+
+
+@pytest.mark.cuda
 def test_inert_padding_flag_shares_the_warmed_variant(c128a_device):
     """The inert padding-row variant is a runtime flag: warmed with the slots
     variant alone, a sweep with the flag on (and off) compiles nothing new."""

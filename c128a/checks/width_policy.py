@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 
+from .. import phases
 from ..contract import COMPRESS_RATIO, WIDTH_ALIGNMENT
 from ..failures import InvariantViolation, call_target
 
@@ -52,8 +53,9 @@ def check_width_policy(
     max_model_len either gets such a W or the policy's ValueError; a policy
     with a ``batch_invariant`` keyword returns W = C when it is True."""
     name = "width_policy"
-    capacity = call_target(name, "capacity_width", target.capacity_width, max_model_len,
-                           compress_ratio)
+    with phases.phase("target"):
+        capacity = call_target(name, "capacity_width", target.capacity_width, max_model_len,
+                               compress_ratio)
     where = f"max_model_len={max_model_len}, capacity={capacity}"
     if capacity % WIDTH_ALIGNMENT or capacity <= 0:
         raise InvariantViolation(
@@ -73,6 +75,7 @@ def check_width_policy(
 
     keyword = _accepts_batch_invariant(target.active_topk_width)
 
+    @phases.measured("target")
     def width_of(max_seq_len: int):
         # Outside batch-invariant mode, whatever the environment says.
         options = {"batch_invariant": False} if keyword else {}
@@ -135,10 +138,11 @@ def check_width_policy(
     if not keyword:
         return  # the policy offers no batch-invariant mode
     for max_seq_len in (0, 1, max_model_len):
-        width = call_target(
-            name, "active_topk_width(..., batch_invariant=True)", target.active_topk_width,
-            max_seq_len, compress_ratio, capacity, batch_invariant=True,
-        )
+        with phases.phase("target"):
+            width = call_target(
+                name, "active_topk_width(..., batch_invariant=True)", target.active_topk_width,
+                max_seq_len, compress_ratio, capacity, batch_invariant=True,
+            )
         if width != capacity:
             raise InvariantViolation(
                 name,

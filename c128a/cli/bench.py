@@ -1,5 +1,6 @@
-"""``c128a bench``: time the project's kernel against the baseline (GPU), or
-measure how fast one property runs (``--throughput``, CPU or GPU)."""
+"""``c128a bench``: time the project's kernel against the baseline and, with
+``--vllm-release``, a vLLM release's kernel (GPU; do_bench and CUDA-graph
+clocks), or measure how fast one property runs (``--throughput``, CPU or GPU)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from ..runners.throughput import print_throughput, run_throughput
 from .common import add_device_argument, add_padding_rows_argument, choose_device, load
 
 SHAPE_GROUPS = ("prefill", "decode", "mixed")
+DEFAULT_GRAPH_LAUNCHES = 100  # c128a.runners.bench's defaults (that module imports kernels)
+DEFAULT_GRAPH_REPLAYS = 10
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +24,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", default=None, help="save the full results here")
     parser.add_argument("--groups", default=",".join(SHAPE_GROUPS),
                         help="comma-separated shape groups: prefill, decode, mixed")
+    parser.add_argument("--shape", dest="shapes", action="append", default=None, metavar="NAME",
+                        help="time only this shape (its name in the table, e.g. 'prefill 512'; "
+                        "repeatable; default: every shape of --groups)")
+    parser.add_argument("--vllm-release", default=None, metavar="VERSION|PATH",
+                        help="also time this vLLM release's kernel (as the target "
+                        "vllm-release:VERSION|PATH: a version fetched into the cache, or a wheel, "
+                        "an extract or a folder holding one); default: none")
+    parser.add_argument("--graph-launches", type=int, default=DEFAULT_GRAPH_LAUNCHES, metavar="N",
+                        help="launches captured into one CUDA graph for the graph clock "
+                        f"(default {DEFAULT_GRAPH_LAUNCHES}; 0: do_bench only)")
+    parser.add_argument("--graph-replays", type=int, default=DEFAULT_GRAPH_REPLAYS, metavar="R",
+                        help="replays of that graph; the graph clock is their median "
+                        f"(default {DEFAULT_GRAPH_REPLAYS})")
     parser.add_argument("--tiles", default=None, metavar="TxWxWIDExWARPSxPERSM,...",
                         help="also time the project's kernel at these tiles (tuning)")
     parser.add_argument("--tiles-at-capacity", action="store_true",
@@ -67,27 +83,43 @@ def parse_tiles(text: str | None) -> list[tuple[int, int, int, int, int, int]]:
     return tiles
 
 
+def check_graph_options(args: argparse.Namespace) -> None:
+    if args.graph_launches < 0:
+        raise UsageError(f"--graph-launches={args.graph_launches} must be >= 0 (0: no graph clock)")
+    if args.graph_replays < 1:
+        raise UsageError(f"--graph-replays={args.graph_replays} must be >= 1")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.throughput:
+        if args.vllm_release is not None:
+            raise UsageError(
+                "--vllm-release is for the timing mode; --throughput takes "
+                "--target vllm-release:VERSION|PATH"
+            )
         return _run_throughput(args)
     tiles = parse_tiles(args.tiles)
     groups = args.groups.split(",")
     unknown = sorted(set(groups) - set(SHAPE_GROUPS))
     if unknown:
         raise UsageError(f"--groups {', '.join(unknown)}: choose from {', '.join(SHAPE_GROUPS)}")
+    check_graph_options(args)
     device = torch.device(choose_device(args.device))
-    if device.type != "cuda":
-        raise UsageError("timing needs a CUDA device (--throughput also runs on the cpu)")
     # Imports the kernels: only now that the device is chosen.
     from ..runners import bench
 
-    report = bench.run_benchmark(args, device, tiles)
+    bench.select_shapes(args.groups, args.shapes)
+    release = None if args.vllm_release is None else bench.load_release(args.vllm_release)
+    if device.type != "cuda":
+        raise UsageError("timing needs a CUDA device (--throughput also runs on the cpu)")
+
+    report = bench.run_benchmark(args, device, tiles, release)
     bench.print_report(report)
+    rows = bench.summary_rows(report)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+            json.dump({**report, "summary": rows}, f, indent=2)
         print(f"saved {args.json}")
-    rows = bench.summary_rows(report)
     return EXIT_OK if all(row["exact"] for row in rows) else EXIT_FAILED
 
 

@@ -76,7 +76,7 @@ def _checked(args: BuildArgs) -> Views:
 
 
 def _checked_inert(args: BuildArgs) -> Views:
-    check_build_arguments(args)
+    check_build_arguments(args, INERT)
     return write_metadata(args, INERT)
 
 

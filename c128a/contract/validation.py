@@ -13,6 +13,7 @@ import torch
 from .. import phases
 from ..failures import BadArgument, HarnessError
 from .call import BuildArgs
+from .padding_rows import INERT, SLOTS
 from .sizes import WIDTH_ALIGNMENT
 
 
@@ -70,12 +71,14 @@ def check_unit_last_stride(name: str, tensor: torch.Tensor) -> None:
 
 
 @phases.measured("validation")
-def check_build_arguments(args: BuildArgs) -> None:
+def check_build_arguments(args: BuildArgs, padding_rows: str = SLOTS) -> None:
     """Reject any call of ``build_c128a_topk_metadata`` outside the contract.
 
     Runs before any write. The value checks (positions, request indices, table
     width) read device tensors, so they synchronise: the price of a test
-    subject that refuses instead of reading out of bounds.
+    subject that refuses instead of reading out of bounds. Under the
+    ``inert`` padding-row variant a padding token's row reads no table
+    entry, so its (stale) position need not fit the table.
     """
     positions = check_tensor("positions", args.positions, dtype=torch.int64, ndim=1)
     device = positions.device
@@ -171,7 +174,10 @@ def check_build_arguments(args: BuildArgs) -> None:
         decode_req = req[:num_decode]
         req_low, req_high = torch.aminmax(decode_req)
         # n(t), and so the pages a decode token needs, grows with its position.
-        reductions += [positions[:num_decode].max(), req_low.long(), req_high.long()]
+        table_positions = positions[:num_decode]
+        if padding_rows == INERT:
+            table_positions = torch.where(slots[:num_decode] < 0, 0, table_positions)
+        reductions += [table_positions.max(), req_low.long(), req_high.long()]
     values = torch.stack(reductions).tolist()
     failed = values[0] < 0
     if num_decode:
@@ -192,7 +198,7 @@ def check_build_arguments(args: BuildArgs) -> None:
             f"token_to_req_indices[{bad_req}]={int(decode_req[bad_req])} but block_table has "
             f"{table.shape[0]} rows; every decode token's request needs a block-table row"
         )
-    lengths = torch.clamp((positions[:num_decode] + 1) // ratio, max=width)
+    lengths = torch.clamp((table_positions + 1) // ratio, max=width)
     pages_needed = (lengths + block - 1) // block
     bad_row = _first_index(pages_needed > table.shape[1])
     if bad_row is not None:

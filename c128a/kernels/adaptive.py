@@ -119,27 +119,56 @@ def _write_tile(
 
 
 @triton.jit
+def _write_run(
+    token, columns, length, num_decode_tokens, width, block_size, inverse_block_size,
+    token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr, decode_lens_ptr,
+    prefill_ptr, table_row_stride, decode_row_stride, prefill_row_stride, writes_lens,
+    inert_padding,
+):
+    # One run of one row, with scalar token values and one vector of columns:
+    # the wide rows' path, lean (fewer registers than a [tokens, columns] tile).
+    in_width = columns < width
+    if token < num_decode_tokens:
+        slot_id = tl.load(slot_mapping_ptr + token)
+        # An inert padding row has no active column: -1 up to W, no table read.
+        active_length = tl.where((slot_id < 0) & (inert_padding != 0), 0, length)
+        active = columns < active_length
+        request = tl.load(token_to_req_ptr + token).to(tl.int64)
+        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
+        # Block-table entries are read only for active columns.
+        pages = tl.load(block_table_ptr + request * table_row_stride + page_columns,
+                        mask=active, other=0)
+        tl.store(decode_ptr + token.to(tl.int64) * decode_row_stride + columns,
+                 tl.where(active, pages * block_size + offsets, -1), mask=in_width)
+        if writes_lens:
+            tl.store(decode_lens_ptr + token, tl.where(slot_id < 0, 0, length))
+    else:
+        row = (token - num_decode_tokens).to(tl.int64)
+        tl.store(prefill_ptr + row * prefill_row_stride + columns,
+                 tl.where(columns < length, columns, -1), mask=in_width)
+
+
+@triton.jit
 def _write_runs(
     positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
     decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
     block_size, inverse_block_size, table_row_stride, decode_row_stride,
     prefill_row_stride, inert_padding, WIDE_W: tl.constexpr,
 ):
-    # One program per (token, run of WIDE_W columns).
+    # One program per (token, run of WIDE_W columns): the grid has exactly
+    # T x ceil(W / WIDE_W) programs, so every program's token is real.
     chunks = tl.cdiv(width, WIDE_W)
     program = tl.program_id(0)
     token = program // chunks
     chunk = program - token * chunks
-    tokens = token + tl.arange(0, 1)
     columns = chunk * WIDE_W + tl.arange(0, WIDE_W)
-    position = tl.load(positions_ptr + tokens)
-    lengths = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
-    _write_tile(
-        tokens, columns, lengths, tokens < num_tokens, num_decode_tokens, width,
-        block_size, inverse_block_size, token_to_req_ptr, block_table_ptr,
-        slot_mapping_ptr, decode_ptr, decode_lens_ptr, prefill_ptr, table_row_stride,
-        decode_row_stride, prefill_row_stride,
-        token < num_decode_tokens, token >= num_decode_tokens, chunk == 0, inert_padding,
+    position = tl.load(positions_ptr + token)
+    length = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
+    _write_run(
+        token, columns, length, num_decode_tokens, width, block_size, inverse_block_size,
+        token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr, decode_lens_ptr,
+        prefill_ptr, table_row_stride, decode_row_stride, prefill_row_stride, chunk == 0,
+        inert_padding,
     )
 
 
@@ -230,15 +259,21 @@ def c128a_topk_kernel(
 # under the interpreter in tests/test_kernel_paths.py.
 GPU_TILE = (4, 128, 1024)
 INTERPRETER_TILE = (32, 1024, 1024)
-TILE = INTERPRETER_TILE if interpreting(c128a_topk_kernel) else GPU_TILE
-# Two warps: on the H200, faster than four at most benchmarked shapes over
-# three runs (mixed 128 + 8,192 @ 1M: 65.7-65.9 against 72.1-72.3 us),
-# launch-bound ones within their noise.
+INTERPRETING = interpreting(c128a_topk_kernel)
+TILE = INTERPRETER_TILE if INTERPRETING else GPU_TILE
+# Warps below and from WIDE_W: two compiled variants, both compiled by the
+# first launch (an engine's warm-up), so no width compiles anything later.
+# On the H200 (GPU time, one run of each): two warps are faster for row
+# blocks (prefill 8,192 at W = 256: 3.60 against 4.10 us), four for long
+# rows (decode 4,096 @ 1M at W = 8,192: 61.2 against 69.8 us; decode 512 @
+# 128K: 2.56 against 3.08 us).
 NUM_WARPS = 2
+WIDE_NUM_WARPS = 4
 PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
 MAX_REGISTERS = None  # registers per thread: the compiler's choice
 
 _sm_counts: dict[int, int] = {}
+_both_compiled: set = set()  # launch configurations whose two warp variants are compiled
 
 
 def _multiprocessors(device: torch.device) -> int:
@@ -257,9 +292,12 @@ def launch_tiled(
     max_programs: int | None = None,
     max_registers: int | None = None,
     inert_padding: bool = False,
+    wide_num_warps: int | None = None,
 ) -> None:
-    """:func:`launch` with an explicit tile, warp count and persistence (for
-    tuning). None of these depends on the batch. ``max_programs`` caps the
+    """:func:`launch` with an explicit tile, warp counts and persistence (for
+    tuning). None of these depends on the batch. ``num_warps`` is for
+    widths below WIDE_W, ``wide_num_warps`` (``num_warps`` when None) from
+    it; when they differ, the first launch compiles both. ``max_programs`` caps the
     persistent grid below WIDE_W on any device, so that tests can run its
     grid-stride loop on the CPU; ``max_registers`` caps registers per thread
     (Triton's ``maxnreg``; None leaves the choice to the compiler);
@@ -270,15 +308,18 @@ def launch_tiled(
     if num_tokens == 0:
         return
     block_t, block_w, wide_w = tile
+    # Plain integer ceilings: this runs on every step, and triton.cdiv (a
+    # constexpr function) costs microseconds of host time a call.
     if width >= wide_w:
-        programs = num_tokens * triton.cdiv(width, wide_w)
+        programs = num_tokens * -(-width // wide_w)
     else:
-        programs = triton.cdiv(num_tokens, block_t)
-        if programs_per_sm and args.positions.device.type == "cuda":
-            programs = min(programs, programs_per_sm * _multiprocessors(args.positions.device))
+        programs = -(-num_tokens // block_t)
+        device = args.positions.device
+        if programs_per_sm and device.type == "cuda":
+            programs = min(programs, programs_per_sm * _multiprocessors(device))
         if max_programs:
             programs = min(programs, max_programs)
-    c128a_topk_kernel[(programs,)](
+    kernel_args = (
         *tensor_arguments(args),
         num_tokens,
         args.num_decode_tokens,
@@ -287,13 +328,24 @@ def launch_tiled(
         args.block_size,
         *row_strides(args),
         int(inert_padding),
-        BLOCK_T=block_t,
-        BLOCK_W=block_w,
-        WIDE_W=wide_w,
-        num_warps=num_warps,
+    )
+    options = {
+        "BLOCK_T": block_t,
+        "BLOCK_W": block_w,
+        "WIDE_W": wide_w,
         # Only when set: a fixed cap is one more compile option, not a variant per batch.
         **({"maxnreg": max_registers} if max_registers else {}),
-    )
+    }
+    wide_num_warps = num_warps if wide_num_warps is None else wide_num_warps
+    warps, other = (wide_num_warps, num_warps) if width >= wide_w else (num_warps, wide_num_warps)
+    if other != warps and not INTERPRETING:
+        key = (args.positions.device, tile, num_warps, wide_num_warps, max_registers)
+        if key not in _both_compiled:
+            # The first launch compiles the other path's variant too (without
+            # running it), so that a later width never compiles mid-inference.
+            c128a_topk_kernel.warmup(*kernel_args, grid=(1,), num_warps=other, **options)
+            _both_compiled.add(key)
+    c128a_topk_kernel[(programs,)](*kernel_args, num_warps=warps, **options)
 
 
 def launch(args: BuildArgs, inert_padding: bool = False) -> None:
@@ -302,6 +354,7 @@ def launch(args: BuildArgs, inert_padding: bool = False) -> None:
         args,
         tile=TILE,
         num_warps=NUM_WARPS,
+        wide_num_warps=WIDE_NUM_WARPS,
         programs_per_sm=PROGRAMS_PER_SM,
         max_registers=MAX_REGISTERS,
         inert_padding=inert_padding,
@@ -316,7 +369,7 @@ build_c128a_topk_metadata = triton_builder(launch)
 
 inert = types.SimpleNamespace(
     build_c128a_topk_metadata=triton_builder(
-        functools.partial(launch, inert_padding=True), "inert"
+        functools.partial(launch, inert_padding=True), "inert", INERT
     ),
     padding_rows=INERT,
     jit_functions=jit_functions,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..contract import BuildArgs, Views, check_build_arguments, contract_builder, returned_views
+from ..contract import (
+    SLOTS,
+    BuildArgs,
+    Views,
+    check_build_arguments,
+    contract_builder,
+    returned_views,
+)
 from ..failures import BadArgument
 from . import INTERPRETED
 
@@ -35,13 +42,18 @@ def row_strides(args: BuildArgs) -> tuple[int, int, int]:
     )
 
 
-def triton_builder(launch: Callable[[BuildArgs], None], name: str = "build_c128a_topk_metadata"):
+def triton_builder(
+    launch: Callable[[BuildArgs], None],
+    name: str = "build_c128a_topk_metadata",
+    padding_rows: str = SLOTS,
+):
     """vLLM's ``build_c128a_topk_metadata`` around ``launch(args)``: every
-    argument validated first (nothing is written on a bad call), then the
-    launch, then the buffer views."""
+    argument validated first (under the ``padding_rows`` variant the kernel
+    writes; nothing is written on a bad call), then the launch, then the
+    buffer views."""
 
     def build(args: BuildArgs) -> Views:
-        check_build_arguments(args)
+        check_build_arguments(args, padding_rows)
         if args.max_compressed_tokens >= MAX_WIDTH:
             raise BadArgument(
                 f"max_compressed_tokens={args.max_compressed_tokens} must be < {MAX_WIDTH} for "

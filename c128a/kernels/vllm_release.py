@@ -20,6 +20,11 @@ functions), ``validates_input = False`` (vLLM checks with ``assert``) and
 ``full_width_decode_views`` (vLLM returns full-width decode views on
 compute capability 12.x).
 
+:func:`bare_launch` gives, for a loaded extract's builder, the launch inside
+it without the builder's asserts and views, and (:meth:`BareLaunch.prepare`)
+the Triton kernel launch alone with the arguments that launch computes (what
+``c128a bench`` times).
+
 The spec ``vllm-release:VERSION|PATH`` (:mod:`c128a.targets.vllm_release`)
 finds the source and the cache; this module runs the extract, so it is
 imported only after the device is chosen.
@@ -29,16 +34,19 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import hashlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Callable
 
 from triton.runtime.jit import KernelInterface
 
-from ..contract import BUILD_FUNCTION
+from ..contract import BUILD_FUNCTION, BuildArgs
 from . import vllm_shims
 
 EXTRACT_FORMAT = "1"
@@ -360,3 +368,110 @@ def load_extract(path: Path) -> SimpleNamespace:
     )
     _LOADED[key] = namespace
     return namespace
+
+
+# ---------------------------------------------------------------- the bare launch
+
+
+class BareLaunch:
+    """An extract's launcher object called with a builder's arguments (see
+    :func:`bare_launch`). Calling it runs the launcher's whole launch path
+    (vLLM's launch spec, the stand-ins' binding, the kernel launch);
+    :meth:`prepare` does the first two once and returns the kernel launch
+    alone, as bench times it."""
+
+    def __init__(self, name: str, launcher, bound: list[str], where: str):
+        self.__name__ = self.name = name
+        self.launcher, self.bound, self.where = launcher, bound, where
+
+    def __repr__(self) -> str:
+        return f"<bare launch {self.name} of {self.where}>"
+
+    def _inputs(self, args: BuildArgs) -> dict:
+        return {parameter: getattr(args, parameter) for parameter in self.bound}
+
+    def __call__(self, args: BuildArgs) -> None:
+        if args.num_tokens == 0:
+            return
+        self.launcher(**self._inputs(args))
+
+    def prepare(self, args: BuildArgs) -> Callable[[], None]:
+        """The Triton kernel launch for ``args`` alone: the launch spec of
+        the launcher's own ``__call__`` and its binding to the kernel's
+        parameters are computed now, once (through a kernel that records the
+        launch instead of running it); each call of the result launches the
+        kernel with them. Where the launcher's ``__call__`` is not a
+        :func:`~c128a.kernels.vllm_shims.kernel_launcher`, each call runs the
+        whole launch path."""
+        if args.num_tokens == 0:
+            return lambda: None
+        call = getattr(type(self.launcher).__call__, "__wrapped__", None)
+        if call is None:
+            return functools.partial(self, args)
+        arguments = inspect.signature(call).bind(self.launcher, **self._inputs(args))
+        arguments.apply_defaults()
+        inputs = dict(list(arguments.arguments.items())[1:])  # as kernel_launcher binds, less self
+        grid, given, *outputs = call(self.launcher, **inputs)
+        kernel = given.get("kernel") or self.launcher.kernel
+        recorder = _RecordingKernel(kernel)
+        self.launcher.launch((grid, {**given, "kernel": recorder}, *outputs), inputs)
+        if recorder.grid is None:  # the launcher launches nothing for these arguments
+            return lambda: None
+        return functools.partial(kernel[recorder.grid], **recorder.kwargs)
+
+
+class _RecordingKernel:
+    """Stands for a Triton kernel in a launch: keeps its grid and arguments."""
+
+    def __init__(self, kernel):
+        names = getattr(kernel, "arg_names", None)
+        self.arg_names = tuple(names or inspect.signature(kernel.fn).parameters)
+        self.grid, self.kwargs = None, {}
+
+    def __getitem__(self, grid):
+        def record(**kwargs):
+            self.grid, self.kwargs = grid, kwargs
+
+        return record
+
+
+def bare_launch(build: Callable) -> BareLaunch:
+    """The launch inside ``build`` (the ``build_c128a_topk_metadata`` of an
+    extract loaded by :func:`load_extract`) without the builder's asserts and
+    views: the extract's one module-level launcher object the builder names
+    (an instance of a :class:`~c128a.kernels.vllm_shims.VllmTritonJitKernel`
+    subclass, as vLLM 0.34's ``_BUILD_C128A_TOPK_METADATA_KERNEL``), called
+    with the builder's arguments bound to its ``__call__``'s parameters by
+    name. Like the builder, it launches nothing for zero tokens.
+    :class:`ExtractError` when ``build`` is no loaded extract's builder, or
+    names no such launcher or several, or the launcher takes an argument the
+    builder does not have."""
+    module = sys.modules.get(getattr(build, "__module__", None) or "")
+    if module is None or getattr(module, BUILD_FUNCTION, None) is not build:
+        raise ExtractError(f"{build!r} is not the {BUILD_FUNCTION} of a loaded c128a extract")
+    where = getattr(module, "__file__", module.__name__)
+    code = getattr(build, "__code__", None)
+    named = set(code.co_names) if code is not None else set()
+    launchers = {
+        name: value
+        for name, value in vars(module).items()
+        if name in named and isinstance(value, vllm_shims.VllmTritonJitKernel)
+    }
+    if len(launchers) != 1:
+        found = ", ".join(sorted(launchers)) or "none"
+        raise ExtractError(
+            f"the {BUILD_FUNCTION} of {where} names not exactly one launcher object "
+            f"(a VllmTritonJitKernel instance; found: {found}): no bare launch to time"
+        )
+    ((name, launcher),) = launchers.items()
+    parameters = list(inspect.signature(type(launcher).__call__).parameters.values())[1:]
+    unknown = [
+        p.name for p in parameters if p.name not in BuildArgs._fields and p.default is p.empty
+    ]
+    if unknown:
+        raise ExtractError(
+            f"{name} in {where} takes {', '.join(unknown)}, which {BUILD_FUNCTION} does not: "
+            "no bare launch to time", tuple(unknown)
+        )
+    return BareLaunch(name, launcher, [p.name for p in parameters if p.name in BuildArgs._fields],
+                      where)

@@ -327,7 +327,7 @@ def _build_padding_is_minus_one(args: BuildArgs) -> Views:
     padding_rows=INERT,
 )
 def _build_inert_claim_keeps_slots(args: BuildArgs) -> Views:
-    validated(args)
+    validated(args, INERT)
     return write_and_return(args, rows_of(args))
 
 
@@ -367,3 +367,18 @@ def _build_skips_all_zero_lengths(args: BuildArgs) -> Views:
     if args.num_tokens and int(lengths.max()) == 0:
         return returned_views(args)
     return write_and_return(args, rows_of(args))
+
+
+
+@builder_mutant(
+    "writes -1 where the block table holds a negative page, as if it marked an "
+    "unallocated page, not the contract's page * B + j % B: only a padding row whose "
+    "stale position reaches past its request's pages reads such an entry",
+    "padding rows reading the table",
+    ("matches_oracle", "adaptive_equals_full"),
+)
+def _build_negative_pages_as_sentinel(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    negative_page = torch.div(decode, args.block_size, rounding_mode="floor") < 0
+    return write_and_return(args, (torch.where(negative_page, SENTINEL, decode), lens, prefill))

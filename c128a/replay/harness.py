@@ -38,6 +38,7 @@ from typing import Callable
 
 import torch
 
+from .. import phases
 from ..checks.diff import first_difference
 from ..contract import (
     BLOCK_SIZE,
@@ -315,7 +316,8 @@ class ReplayHarness:
         else:
             want_indices = expected.prefill[:size, :wc]
             want_lens = self.prefill_lens[:size]
-        want = consume(want_indices, want_lens, self.kv)
+        with phases.phase("oracle"):  # the oracle consumer's output: the expected values
+            want = consume(want_indices, want_lens, self.kv)
 
         context = _Context(self, section, size, rows, batch, result, captured, seen)
         hit = first_difference(seen.gathered, want)

@@ -1,16 +1,31 @@
-"""``c128a bench``: time the project's kernel against the baseline design (GPU).
+"""``c128a bench``: time the project's kernel against the baseline design and,
+optionally, a vLLM release's kernel (GPU).
 
 For each shape (the seed's prefill rows, decode-heavy batches with block-table
-lookups, mixed batches) it times, with the median of
-``triton.testing.do_bench`` (L2 flushed before every launch), the bare kernel
-launches (:func:`c128a.kernels.adaptive.launch`,
-:func:`c128a.kernels.baseline.launch`; no validation, which synchronises) at
-the policy's width W ("adaptive") and at the capacity C ("fixed"). In the
-same run it measures the device's copy bandwidth and an empty kernel's
-launch, and derives the floor of each shape: bytes the contract must move
-(every output written once, every input read once) over that bandwidth,
-plus one empty launch. Every timed launch is checked exactly against the
-oracle (:mod:`c128a.contract.oracle`) on poisoned buffers.
+lookups, mixed batches) it times the bare kernel launches
+(:func:`c128a.kernels.adaptive.launch`, :func:`c128a.kernels.baseline.launch`;
+no validation, which synchronises) and, with ``--vllm-release``, that
+release's kernel launched with the arguments its launcher computes
+(:meth:`c128a.kernels.vllm_release.BareLaunch.prepare`: the launcher's
+Python, run by c128a's stand-ins, once per shape and width; the builder's
+asserts and views left out), at the policy's width W ("adaptive") and at the
+capacity C ("fixed"), with two clocks (:mod:`c128a.kernels.timing`):
+
+- ``do_bench_us``: the median of ``triton.testing.do_bench`` (L2 flushed
+  before every launch; the host's launch cost is in it for short kernels);
+- ``graph_us``: the GPU's time alone: ``--graph-launches`` launches captured
+  into one CUDA graph, the replay timed with CUDA events and divided by the
+  launch count, the median of ``--graph-replays`` replays (L2 not flushed
+  between the captured launches). ``None`` with ``--graph-launches 0``.
+
+In the same run it measures the device's copy bandwidth and an empty
+kernel's launch with both clocks, and derives the floors of each shape:
+bytes the contract must move (every output written once, every input read
+once) over that bandwidth, plus one empty launch (``floor_us`` with the
+do_bench launch, ``graph_floor_us`` with the graph one). Every timed launch
+is checked exactly against the oracle (:mod:`c128a.contract.oracle`) on
+poisoned buffers, in the padding-row variant its kernel declares (``slots``
+for all three; vLLM 0.34's is ``slots``).
 
 A kernel module's user: import it only after the device is chosen.
 """
@@ -18,20 +33,27 @@ A kernel module's user: import it only after the device is chosen.
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import math
 import platform
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from ..contract import BLOCK_SIZE, COMPRESS_RATIO, BuildArgs, policy, write_metadata
-from ..kernels import adaptive, baseline
+from ..contract import BLOCK_SIZE, COMPRESS_RATIO, SLOTS, BuildArgs, policy, write_metadata
+from ..failures import UsageError
+from ..kernels import adaptive, baseline, vllm_release
 from ..kernels.compiled import compiled_variants
-from ..kernels.timing import launch_empty, median_us
+from ..kernels.timing import graph_us, launch_empty, median_us
 from ..step import POISON
+from ..targets import load_target
+from ..targets.vllm_release import PREFIX as VLLM_RELEASE_PREFIX
+from ..targets.vllm_release import VERSION_KEY
 
 PAGE_SIZE_ENTRIES = BLOCK_SIZE  # a 256-token KV page holds 2 compressed entries
 TABLE_PADDING = 16  # the block table is a slice of a wider one, as vLLM passes it
@@ -197,11 +219,95 @@ def floor_bytes(shape: Shape, inputs: Inputs, width: int) -> int:
     return written + read
 
 
+DEFAULT_GRAPH_LAUNCHES = 100
+DEFAULT_GRAPH_REPLAYS = 10
+
+BASELINE, PROJECT, VLLM = "baseline", "project", "vllm"
+KERNELS = (BASELINE, PROJECT, VLLM)
+"""The summary's kernel columns, in order (``vllm`` only with a release)."""
+LABELS = {BASELINE: "base", PROJECT: "proj", VLLM: "vllm"}
+
+
+def select_shapes(groups: str, names: list[str] | None = None) -> list[Shape]:
+    """The shapes of ``groups`` (comma-separated), only those named in
+    ``names`` where given; a usage error for an unknown name or an empty
+    selection."""
+    wanted = set(groups.split(","))
+    if names:
+        unknown = [name for name in names if name not in {s.name for s in SHAPES}]
+        if unknown:
+            raise UsageError(
+                f"--shape {', '.join(map(repr, unknown))}: choose from "
+                + ", ".join(repr(s.name) for s in SHAPES)
+            )
+    shapes = [s for s in SHAPES if s.group in wanted and (not names or s.name in names)]
+    if not shapes:
+        raise UsageError(f"no shape is both in --groups {groups} and named by --shape")
+    return shapes
+
+
+# ---------------------------------------------------------------- a vLLM release's kernel
+
+
+@dataclass(frozen=True)
+class ReleaseKernel:
+    """A vLLM release's kernel as bench times it: the launch inside the
+    release's builder (its asserts and views left out), and where it came from."""
+
+    spec: str
+    version: str
+    extract: str
+    source_sha256: str
+    launch: vllm_release.BareLaunch
+    jit_functions: tuple = ()
+    padding_rows: str = SLOTS
+
+    def describe(self) -> dict:
+        """What the JSON report says about it."""
+        return {
+            "spec": self.spec,
+            "version": self.version,
+            "extract": self.extract,
+            "source_sha256": self.source_sha256,
+            "launcher": self.launch.__name__,
+            "padding_rows": self.padding_rows,
+        }
+
+
+def load_release(text: str) -> ReleaseKernel:
+    """The kernel of the vLLM release ``text`` names (a version, or a path:
+    a wheel, an extract, a folder holding one; as ``vllm-release:TEXT``,
+    :mod:`c128a.targets.vllm_release`). A usage error naming ``text`` when it
+    is not there (a missing path, a version pip cannot fetch) or its builder
+    holds no launcher to time bare."""
+    spec = f"{VLLM_RELEASE_PREFIX}:{text.strip()}"
+    try:
+        target = load_target(spec)
+        launch = vllm_release.bare_launch(target.build_c128a_topk_metadata)
+    except (UsageError, vllm_release.ExtractError) as exc:
+        raise UsageError(f"--vllm-release {text}: {exc}") from exc
+    extract = Path(target.build_c128a_topk_metadata.__code__.co_filename)
+    header = vllm_release.read_header(extract)
+    return ReleaseKernel(
+        spec=spec,
+        version=header.get(VERSION_KEY, "unknown"),
+        extract=str(extract),
+        source_sha256=header.get("source-sha256", ""),
+        launch=launch,
+        jit_functions=target.jit_functions,
+        padding_rows=target.padding_rows,
+    )
+
+
+# ---------------------------------------------------------------- measuring
+
+
 @dataclass
 class Timing:
     kernel: str
     width: int
-    median_us: float
+    do_bench_us: float
+    graph_us: float | None
     exact: bool
 
 
@@ -214,25 +320,30 @@ class ShapeResult:
     width: int
     floor_bytes: int
     floor_us: float
+    graph_floor_us: float | None = None
     timings: list[Timing] = field(default_factory=list)
 
-    def time(self, kernel: str, width: int) -> float:
+    def time(self, kernel: str, width: int, clock: str = "do_bench_us") -> float:
         for t in self.timings:
             if t.kernel == kernel and t.width == width:
-                return t.median_us
+                value = getattr(t, clock)
+                return math.nan if value is None else value
         return math.nan
 
 
-def exact_against_oracle(launch, shape: Shape, inputs: Inputs, width: int, device) -> bool:
+def exact_against_oracle(
+    launch, shape: Shape, inputs: Inputs, width: int, device, padding_rows: str = SLOTS
+) -> bool:
     """Run ``launch`` once on poisoned buffers and compare every buffer,
-    written region and canaries alike, with the oracle's."""
+    written region and canaries alike, with the oracle's (of the
+    ``padding_rows`` variant)."""
     got = allocate_buffers(shape, device)
     launch(call_arguments(inputs, got, width))
     want = allocate_buffers(shape, device)
-    write_metadata(call_arguments(inputs, want, width))
+    write_metadata(call_arguments(inputs, want, width), padding_rows)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return all(torch.equal(g, w) for g, w in zip(got, want))
+    return all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
 def measure_copy_bandwidth(device, warmup_ms: int, rep_ms: int, nbytes: int = 1 << 30) -> float:
@@ -249,24 +360,54 @@ def measure_empty_launch(device, warmup_ms: int, rep_ms: int) -> float:
     return median_us(lambda: launch_empty(scratch), warmup_ms, rep_ms)
 
 
-def compiled_registers(device: torch.device) -> dict[str, list[int]]:
-    """Registers per thread of each compiled variant of the project's and the
-    baseline's kernels (occupancy explains some of their differences)."""
-    kernels = {"project": adaptive.c128a_topk_kernel, "baseline": baseline.baseline_topk_kernel}
+def measure_empty_launch_graph(device, launches: int, replays: int) -> float:
+    """An empty kernel's time inside a CUDA graph (the graph clock's floor)."""
+    scratch = torch.zeros(1, dtype=torch.int32, device=device)
+    return graph_us(lambda: launch_empty(scratch), device, launches, replays)
+
+
+def compiled_registers(device: torch.device, release: ReleaseKernel | None = None) -> dict:
+    """Registers per thread of each compiled variant of the project's, the
+    baseline's (and the release's) kernels (occupancy explains some of their
+    differences)."""
+    kernels = {PROJECT: [adaptive.c128a_topk_kernel], BASELINE: [baseline.baseline_topk_kernel]}
+    if release is not None:
+        kernels[VLLM] = list(release.jit_functions)
     return {
-        name: sorted(getattr(k, "n_regs", -1) for k in compiled_variants(jit, device))
-        for name, jit in kernels.items()
+        name: sorted(
+            getattr(k, "n_regs", -1) for jit in jits for k in compiled_variants(jit, device)
+        )
+        for name, jits in kernels.items()
     }
 
 
-def run_benchmark(args, device: torch.device, tiles) -> dict:
-    """Time every shape of ``args.groups`` (and the ``tiles`` variants)."""
+def per_call(launch: Callable[[BuildArgs], None]) -> Callable[[BuildArgs], Callable[[], None]]:
+    """What bench times for ``launch`` (whose Python runs on every call, as the
+    project's and the baseline's do): ``launch(args)`` itself."""
+    return lambda args: functools.partial(launch, args)
+
+
+def run_benchmark(args, device: torch.device, tiles, release: ReleaseKernel | None = None) -> dict:
+    """Time every shape of ``args.groups`` (``args.shapes`` where named) for
+    the baseline, the project's kernel, ``release``'s where given and the
+    ``tiles`` variants, with both clocks."""
     warmup_ms, rep_ms = args.warmup_ms, args.rep_ms
-    groups = set(args.groups.split(","))
-    shapes = [s for s in SHAPES if s.group in groups]
+    launches = getattr(args, "graph_launches", DEFAULT_GRAPH_LAUNCHES)
+    replays = getattr(args, "graph_replays", DEFAULT_GRAPH_REPLAYS)
+    shapes = select_shapes(args.groups, getattr(args, "shapes", None))
     copy_bandwidth = measure_copy_bandwidth(device, warmup_ms, rep_ms)
     empty_launch_us = measure_empty_launch(device, warmup_ms, rep_ms)
-    kernels = {"baseline": baseline.launch, "project": adaptive.launch}
+    empty_launch_graph_us = (
+        measure_empty_launch_graph(device, launches, replays) if launches else None
+    )
+    # name -> (prepare, the padding-row variant its exactness is checked in), where
+    # prepare(args) returns the call bench times (and checks) for those arguments
+    kernels = {
+        BASELINE: (per_call(baseline.launch), SLOTS),
+        PROJECT: (per_call(adaptive.launch), SLOTS),
+    }
+    if release is not None:
+        kernels[VLLM] = (release.launch.prepare, release.padding_rows)
     for block_t, block_w, wide_w, warps, per_sm, registers in tiles:
 
         def tiled(
@@ -278,7 +419,7 @@ def run_benchmark(args, device: torch.device, tiles) -> dict:
             )
 
         name = f"tile {block_t}x{block_w}x{wide_w}x{warps}x{per_sm}"
-        kernels[name + (f"x{registers}" if registers else "")] = tiled
+        kernels[name + (f"x{registers}" if registers else "")] = (per_call(tiled), SLOTS)
 
     results = []
     for shape in shapes:
@@ -287,6 +428,7 @@ def run_benchmark(args, device: torch.device, tiles) -> dict:
             inputs.max_seq_len, COMPRESS_RATIO, shape.capacity, batch_invariant=False
         )
         nbytes = floor_bytes(shape, inputs, width)
+        transfer_us = nbytes / copy_bandwidth * 1e6
         result = ShapeResult(
             shape=asdict(shape),
             num_tokens=shape.num_tokens,
@@ -294,19 +436,26 @@ def run_benchmark(args, device: torch.device, tiles) -> dict:
             capacity=shape.capacity,
             width=width,
             floor_bytes=nbytes,
-            floor_us=nbytes / copy_bandwidth * 1e6 + empty_launch_us,
+            floor_us=transfer_us + empty_launch_us,
+            graph_floor_us=(
+                None if empty_launch_graph_us is None else transfer_us + empty_launch_graph_us
+            ),
         )
         widths = sorted({width, shape.capacity})
-        for name, launch in kernels.items():
+        for name, (prepare, padding_rows) in kernels.items():
             for w in widths:
                 if name.startswith("tile") and w != width and not args.tiles_at_capacity:
                     continue
                 buffers = allocate_buffers(shape, device)
-                call = call_arguments(inputs, buffers, w)
-                micros = median_us(lambda: launch(call), warmup_ms, rep_ms)
-                exact = exact_against_oracle(launch, shape, inputs, w, device)
-                result.timings.append(Timing(name, w, micros, exact))
-                del buffers
+                timed = prepare(call_arguments(inputs, buffers, w))
+                micros = median_us(timed, warmup_ms, rep_ms)
+                graph = graph_us(timed, device, launches, replays) if launches else None
+                exact = exact_against_oracle(
+                    lambda call, _prepare=prepare: _prepare(call)(),
+                    shape, inputs, w, device, padding_rows,
+                )
+                result.timings.append(Timing(name, w, micros, graph, exact))
+                del buffers, timed
         results.append(result)
         print(f"  {shape.name}: done", flush=True)
         torch.cuda.empty_cache()
@@ -319,72 +468,199 @@ def run_benchmark(args, device: torch.device, tiles) -> dict:
         "python": platform.python_version(),
         "project_tile": list(adaptive.TILE),
         "project_num_warps": adaptive.NUM_WARPS,
+        "project_wide_num_warps": adaptive.WIDE_NUM_WARPS,
         "project_programs_per_sm": adaptive.PROGRAMS_PER_SM,
         "project_max_registers": adaptive.MAX_REGISTERS,
-        "registers_per_thread": compiled_registers(device),
+        "kernels": [k for k in KERNELS if k in kernels],
+        "vllm_release": None if release is None else release.describe(),
+        "registers_per_thread": compiled_registers(device, release),
         "copy_bandwidth_bytes_per_s": copy_bandwidth,
         "empty_launch_us": empty_launch_us,
+        "empty_launch_graph_us": empty_launch_graph_us,
         "warmup_ms": warmup_ms,
         "rep_ms": rep_ms,
+        "graph_launches": launches,
+        "graph_replays": replays,
         "shapes": [asdict(r) for r in results],
     }
 
 
+# ---------------------------------------------------------------- the report
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def _clocks(timing: dict) -> tuple[float | None, float | None]:
+    """(do_bench, graph) of one timing; reports before the graph clock named
+    the do_bench time ``median_us``."""
+    return timing.get("do_bench_us", timing.get("median_us")), timing.get("graph_us")
+
+
 def summary_rows(report: dict) -> list[dict]:
-    """One row a shape: fixed and adaptive times, floor and ratios."""
+    """One row a shape: each kernel's do_bench and graph times at W and at C
+    (``None`` where not measured: no release, ``--graph-launches 0``), the
+    floors, and the ratios of the project's kernel to the others and to the
+    floor (each clock to its own)."""
     rows = []
     for r in report["shapes"]:
-        times = {(t["kernel"], t["width"]): t["median_us"] for t in r["timings"]}
+        clocks = {(t["kernel"], t["width"]): _clocks(t) for t in r["timings"]}
         w, c = r["width"], r["capacity"]
-        project, base = times[("project", w)], times[("baseline", w)]
-        rows.append(
-            {
-                "shape": r["shape"]["name"],
-                "T": r["num_tokens"],
-                "C": c,
-                "W": w,
-                "baseline_fixed_us": times[("baseline", c)],
-                "project_fixed_us": times[("project", c)],
-                "baseline_us": base,
-                "project_us": project,
-                "floor_us": r["floor_us"],
-                "project_over_baseline": project / base,
-                "project_over_floor": project / r["floor_us"],
-                "exact": all(t["exact"] for t in r["timings"]),
-            }
+        row = {"shape": r["shape"]["name"], "T": r["num_tokens"], "C": c, "W": w}
+        for kernel in KERNELS:
+            row[f"{kernel}_fixed_us"], row[f"{kernel}_fixed_graph_us"] = clocks.get(
+                (kernel, c), (None, None)
+            )
+            row[f"{kernel}_us"], row[f"{kernel}_graph_us"] = clocks.get((kernel, w), (None, None))
+        floor, graph_floor = r["floor_us"], r.get("graph_floor_us")
+        project, project_graph = row["project_us"], row["project_graph_us"]
+        row.update(
+            floor_us=floor,
+            graph_floor_us=graph_floor,
+            project_over_baseline=_ratio(project, row["baseline_us"]),
+            project_over_baseline_graph=_ratio(project_graph, row["baseline_graph_us"]),
+            project_over_vllm=_ratio(project, row["vllm_us"]),
+            project_over_vllm_graph=_ratio(project_graph, row["vllm_graph_us"]),
+            project_over_floor=_ratio(project, floor),
+            project_graph_over_floor=_ratio(project_graph, graph_floor),
+            exact=all(t["exact"] for t in r["timings"]),
         )
+        rows.append(row)
     return rows
 
 
-def print_report(report: dict) -> None:
-    console = Console(width=240)
+def _cell(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def report_columns(rows: list[dict]) -> tuple[list[str], bool]:
+    """(the kernels measured in ``rows``, whether the graph clock ran)."""
+    kernels = [k for k in KERNELS if any(row[f"{k}_us"] is not None for row in rows)]
+    graph = any(row[f"{k}_graph_us"] is not None for row in rows for k in kernels)
+    return kernels, graph
+
+
+def main_table(report: dict, rows: list[dict]) -> Table:
+    """At the policy's width W: each kernel's two times, the floors, the ratios."""
+    kernels, graph = report_columns(rows)
+    clocks = [("", "")] + ([(" g", "_graph")] if graph else [])
+    columns: list[tuple[str, Callable[[dict], str]]] = [
+        ("shape", lambda row: row["shape"]),
+        ("T", lambda row: f"{row['T']:,}"),
+        ("C", lambda row: str(row["C"])),
+        ("W", lambda row: str(row["W"])),
+    ]
+    for kernel in kernels:
+        for suffix, key in clocks:
+            column = f"{kernel}{key}_us"
+            columns.append((LABELS[kernel] + suffix, lambda row, k=column: _cell(row[k])))
+    columns.append(("floor", lambda row: _cell(row["floor_us"])))
+    if graph:
+        columns.append(("floor g", lambda row: _cell(row["graph_floor_us"])))
+    for other in [k for k in (BASELINE, VLLM) if k in kernels]:
+        for suffix, key in clocks:
+            name = f"project_over_{other}{key}"
+            columns.append((f"proj/{LABELS[other]}{suffix}", lambda row, n=name: _cell(row[n])))
+    columns.append(("proj/floor", lambda row: _cell(row["project_over_floor"])))
+    if graph:
+        columns.append(("proj g/floor g", lambda row: _cell(row["project_graph_over_floor"])))
+    columns.append(("exact", lambda row: "yes" if row["exact"] else "NO"))
+
     title = (
-        f"c128a bench, {report['device']}, {report['date']} (median us; torch {report['torch']}, "
-        f"triton {report['triton']}); copy {report['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, "
-        f"empty launch {report['empty_launch_us']:.2f} us"
+        f"c128a bench, {report['device']}, {report['date']} (us at the policy's width W; torch "
+        f"{report['torch']}, triton {report['triton']}); copy "
+        f"{report['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, empty launch "
+        f"{report['empty_launch_us']:.2f} us"
+        + (
+            f" ({report['empty_launch_graph_us']:.2f} us in a graph)"
+            if report.get("empty_launch_graph_us") is not None
+            else ""
+        )
     )
     table = Table(title=title)
-    for col in (
-        "shape", "T", "C", "W", "base@C", "proj@C", "base@W", "proj@W", "floor",
-        "proj/base", "proj/floor", "exact",
-    ):
-        table.add_column(col, justify="left" if col == "shape" else "right")
-    for row in summary_rows(report):
-        table.add_row(
-            row["shape"],
-            f"{row['T']:,}",
-            str(row["C"]),
-            str(row["W"]),
-            f"{row['baseline_fixed_us']:.2f}",
-            f"{row['project_fixed_us']:.2f}",
-            f"{row['baseline_us']:.2f}",
-            f"{row['project_us']:.2f}",
-            f"{row['floor_us']:.2f}",
-            f"{row['project_over_baseline']:.2f}",
-            f"{row['project_over_floor']:.2f}",
-            "yes" if row["exact"] else "NO",
+    for name, _ in columns:
+        table.add_column(name, justify="left" if name == "shape" else "right")
+    for row in rows:
+        table.add_row(*(cell(row) for _, cell in columns))
+    return table
+
+
+def fixed_table(rows: list[dict]) -> Table:
+    """At the capacity W = C: each kernel's two times, and the project's
+    gain from the adaptive width (its time at C over its time at W)."""
+    kernels, graph = report_columns(rows)
+    clocks = [("", "")] + ([(" g", "_graph")] if graph else [])
+    table = Table(title="at the fixed width W = C (us)")
+    table.add_column("shape")
+    table.add_column("C", justify="right")
+    for kernel in kernels:
+        for suffix, _ in clocks:
+            table.add_column(f"{LABELS[kernel]}@C{suffix}", justify="right")
+    for suffix, _ in clocks:
+        table.add_column(f"proj C/W{suffix}", justify="right")
+    for row in rows:
+        cells = [row["shape"], str(row["C"])]
+        for kernel in kernels:
+            cells += [_cell(row[f"{kernel}_fixed{key}_us"]) for _, key in clocks]
+        cells += [
+            _cell(_ratio(row[f"project_fixed{key}_us"], row[f"project{key}_us"]))
+            for _, key in clocks
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def clock_legend(report: dict) -> str:
+    """What the columns mean, and where the vLLM column's kernel came from."""
+    launches, replays = report.get("graph_launches"), report.get("graph_replays")
+    lines = [
+        (
+            "columns without ' g': the median of triton.testing.do_bench (L2 flushed before "
+            "each launch; the host's launch cost is in it for short kernels)"
         )
-    console.print(table)
+    ]
+    if launches:
+        lines.append(
+            f"' g': the GPU's time alone: {launches} launches captured in one CUDA graph, the "
+            f"replay's time over {launches}, median of {replays} replays (L2 not flushed "
+            "between launches)"
+        )
+    lines.append(
+        "floor: bytes written and read over the copy bandwidth, plus one empty launch "
+        "(timed with the same clock)"
+    )
+    release = report.get("vllm_release")
+    if release:
+        lines.append(
+            f"vllm: vLLM {release['version']}'s kernel with the arguments its launcher "
+            f"{release['launcher']} computes (once per shape and width; the builder's asserts "
+            f"and views left out), from {release['extract']}"
+        )
+    return "\n".join(lines)
+
+
+def inexact_launches(report: dict) -> list[str]:
+    """'KERNEL at W=WIDTH (SHAPE)' for every timed launch that differed from the oracle."""
+    return [
+        f"{t['kernel']} at W={t['width']} ({r['shape']['name']})"
+        for r in report["shapes"]
+        for t in r["timings"]
+        if not t["exact"]
+    ]
+
+
+def print_report(report: dict, console: Console | None = None) -> None:
+    console = console or Console(width=240)
+    rows = summary_rows(report)
+    console.print(main_table(report, rows))
+    console.print(fixed_table(rows))
+    console.print(clock_legend(report), highlight=False)
+    wrong = inexact_launches(report)
+    if wrong:
+        console.print("NOT EXACT against the oracle: " + "; ".join(wrong), highlight=False)
     registers = report.get("registers_per_thread") or {}
     if registers:
         console.print(
@@ -396,21 +672,26 @@ def print_report(report: dict) -> None:
         {t["kernel"] for r in report["shapes"] for t in r["timings"] if t["kernel"].startswith("tile")}
     )
     if tiles:
+        timed = {t["kernel"] for r in report["shapes"] for t in r["timings"]}
+        names = [k for k in KERNELS if k in timed]
         sweep = Table(
-            title="tile sweep (median us; BLOCK_T x BLOCK_W x WIDE_W x warps x programs per SM "
-            "[x register cap])"
+            title="tile sweep (us, do_bench[ / graph]; BLOCK_T x BLOCK_W x WIDE_W x warps x "
+            "programs per SM [x register cap])"
         )
         sweep.add_column("shape")
-        for name in ("baseline", "project", *tiles):
+        for name in (*names, *tiles):
             sweep.add_column(name.removeprefix("tile "), justify="right")
         for r in report["shapes"]:
             for width in sorted({t["width"] for t in r["timings"] if t["kernel"] in tiles}):
                 times = {t["kernel"]: t for t in r["timings"] if t["width"] == width}
                 cells = []
-                for name in ("baseline", "project", *tiles):
+                for name in (*names, *tiles):
                     t = times.get(name)
-                    cells.append(
-                        "-" if t is None else f"{t['median_us']:.2f}" + ("" if t["exact"] else "!")
-                    )
+                    if t is None:
+                        cells.append("-")
+                        continue
+                    do_bench, graph = _clocks(t)
+                    text = _cell(do_bench) + ("" if graph is None else f" / {_cell(graph)}")
+                    cells.append(text + ("" if t["exact"] else "!"))
                 sweep.add_row(f"{r['shape']['name']} W={width}", *cells)
         console.print(sweep)

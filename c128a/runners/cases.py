@@ -46,11 +46,18 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..checks.profiles import register_profiles
-from ..contract import PaddingRows, target_capacity, target_width
+from ..contract import (
+    DEFAULT_PADDING_ROWS,
+    PaddingRows,
+    padding_rows_of,
+    target_capacity,
+    target_width,
+)
 from ..failures import BadArgument, CaseError, ContractViolation, failure_text, is_kill
 from ..step import Batch
 from ..step.schema import INT32, Range, from_json
 from ..targets import held_to, import_object
+from . import sanitizer
 
 CASE_FORMAT = "c128a-case/1"
 KINDS = ("failure", "crash", "hang", "serving_loop")
@@ -93,6 +100,8 @@ class Case:
     # The padding-row variant the target was held to (None: recorded before
     # variants existed, so the replay target's own declaration).
     padding_rows: PaddingRows | None = None
+    # What compute-sanitizer printed for a sanitizer case's build (c128a sanitize).
+    sanitizer_report: str | None = None
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     created: str = ""
     path: Path | None = dataclasses.field(default=None, compare=False, metadata={"json": False})
@@ -122,7 +131,7 @@ class Case:
         if case.kind not in KINDS:
             raise CaseError(path, "kind", f"must be one of {', '.join(KINDS)}, got {case.kind!r}")
         if case.batch is not None and case.outside_contract is None:
-            reason = contract_breach(case.batch)
+            reason = contract_breach(case.batch, case.padding_rows)
             if reason is not None:
                 raise CaseError(path, "batch", f"outside the contract: {reason}")
         if case.kind == "failure" and case.batch is None and not case.reproduce_blob:
@@ -139,11 +148,12 @@ def _read_batch(value: Any, path, where: str) -> Batch | None:
     return None if value is None else Batch.from_json(value, path, where)
 
 
-def contract_breach(batch: Batch) -> str | None:
+def contract_breach(batch: Batch, padding_rows: str | None = None) -> str | None:
     """Why ``batch``, as the builder's arguments, breaks the contract's
-    preconditions; None when it is inside the contract."""
+    preconditions under the ``padding_rows`` variant (None: the default);
+    None when it is inside the contract."""
     try:
-        batch.validate()
+        batch.validate(padding_rows or DEFAULT_PADDING_ROWS)
     except BadArgument as exc:
         return str(exc)
     return None
@@ -450,7 +460,7 @@ def _as_the_target_chooses(batch: Batch, target) -> tuple[Batch, Outcome | None]
     except ContractViolation as exc:
         return batch, Outcome(FAILS, failure_text(exc))
     chosen = dataclasses.replace(batch, capacity=capacity, width=width)
-    breach = contract_breach(chosen) if chosen != batch else None
+    breach = contract_breach(chosen, padding_rows_of(target)) if chosen != batch else None
     if breach is not None:
         return batch, Outcome(
             FAILS, f"the target's policy chooses capacity {capacity}, width {width} for this "
@@ -466,6 +476,27 @@ def replay_variant(case: Case, override: str | None = None) -> str | None:
     return override or case.padding_rows
 
 
+def replay_under_sanitizer(case: Case, target, device: torch.device) -> Outcome:
+    """A sanitizer case: its step built again under the tool that reported it,
+    in a child process on the GPU."""
+    tool = case.property.removeprefix(sanitizer.PROPERTY_PREFIX)
+    if case.batch is None:
+        raise CaseError(case.path, "batch", "a sanitizer case needs its concrete inputs")
+    if device.type != "cuda":
+        return Outcome(CANNOT_REPLAY, f"a {tool} case replays on a GPU only (device {device})")
+    try:
+        run = sanitizer.run_sanitizer(tool, target.spec, padding_rows=target.padding_rows,
+                                      batches=[case.batch.to_json()])
+    except sanitizer.SanitizerUnavailable as exc:
+        return Outcome(CANNOT_REPLAY, str(exc))
+    if run.errors:
+        return Outcome(CANNOT_REPLAY, "; ".join(run.errors))
+    if run.findings:
+        return Outcome(FAILS, "\n\n".join(f"{f.kind} at W={f.width}:\n{f.report}"
+                                           for f in run.findings))
+    return Outcome(PASSES, f"{tool} reports nothing ({run.summary or 'no summary'})")
+
+
 def replay_case(
     case: Case, target, device, *, properties=None, machine_factory=None,
     padding_rows: str | None = None,
@@ -475,6 +506,8 @@ def replay_case(
     chooses (``padding_rows``, an override, else the case's recorded one)."""
     device = torch.device(device)
     target = held_to(target, replay_variant(case, padding_rows))
+    if case.property in sanitizer.PROPERTIES:
+        return replay_under_sanitizer(case, target, device)
     if case.property == SERVING_LOOP:
         if machine_factory is None:
             machine_factory = import_object(DEFAULT_MACHINE)

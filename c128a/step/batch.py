@@ -25,6 +25,7 @@ from ..contract import (
     COMPRESS_RATIO,
     MAX_CAPACITY,
     MAX_MODEL_LEN,
+    SLOTS,
     BuildArgs,
     check_build_arguments,
 )
@@ -172,16 +173,21 @@ class Batch:
 
     @property
     def max_seq_len(self) -> int:
-        """Longest sequence seen by the batch: last position + 1."""
-        return max(self.positions, default=-1) + 1
+        """Longest sequence of the step's requests, last position + 1, over
+        tokens with a slot (>= 0): a padding token's stale position is no
+        request's, as in the engine, whose ``max_seq_len`` comes from its requests."""
+        slots = self.slot_mapping
+        return max((p for p, s in zip(self.positions, slots) if s >= 0), default=-1) + 1
 
     def with_width(self, width: int) -> "Batch":
         return dataclasses.replace(self, width=width)
 
-    def validate(self) -> None:
+    def validate(self, padding_rows: str = SLOTS) -> None:
         """Raise :class:`~c128a.failures.BadArgument` unless this step, as the
-        builder's arguments, is inside the contract (checked on the CPU)."""
-        check_build_arguments(self.build_args(self.tensors("cpu"), Buffers.for_batch(self, "cpu")))
+        builder's arguments, is inside the contract under the ``padding_rows``
+        variant (checked on the CPU)."""
+        args = self.build_args(self.tensors("cpu"), Buffers.for_batch(self, "cpu"))
+        check_build_arguments(args, padding_rows)
 
     def check_sizes(self, path=None, where: str = "batch") -> None:
         """Refuse, before anything is allocated, a step whose buffers or block

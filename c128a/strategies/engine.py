@@ -31,7 +31,9 @@ from ..contract import (
     MAX_CAPACITY,
     MAX_MODEL_LEN,
     MAX_QUERY_TOKENS_PER_DECODE,
+    SLOTS,
     WIDTH_ALIGNMENT,
+    padding_rows_of,
     policy,
     target_capacity,
     target_width,
@@ -72,6 +74,12 @@ half the time (and first: what shrinking aims for), else others every
 implementation must treat the same (the contract says ``slot_mapping < 0``):
 the next one, one past int32's range (a builder that narrows slots to int32
 sees a large positive slot) and int64's minimum."""
+
+STALE_LARGE_TAIL_BYTE = 3 * (MAX_QUERY_TOKENS_PER_DECODE + 1) * len(PADDING_SLOTS)
+"""Tail-padding count bytes from here (216 of 256: about one in six draws)
+give the tail padding stale positions larger than their request's, left in
+the engine's position buffer by a longer request of an earlier step. Below
+it the byte's count and slot choices repeat, and shrinking aims below it."""
 
 WIDTHS = ("any", "policy")
 
@@ -352,20 +360,21 @@ def _batches(
             width = reachable[width_value % len(reachable)]
             kernel_level = True
 
-    # CUDA-graph padding at the tail: stale copies of real tokens' positions
-    # and requests, slot -1. In a decode-only step they are decode tokens.
-    # The count's byte also picks the padding slot (PADDING_SLOTS; -1 for
-    # small bytes): one byte, so saved byte strings keep their meaning.
+    # CUDA-graph padding at the tail: stale copies of real tokens' requests
+    # with their positions or earlier ones, a negative slot. In a
+    # decode-only step they are decode tokens. The count's byte also picks
+    # the padding slot (PADDING_SLOTS; -1 for small bytes) and, from its
+    # top values, positions staler and larger than the request's own
+    # (STALE_LARGE_TAIL_BYTE): one byte, so saved byte strings keep their meaning.
     tail_byte = layout.uint(1)
     tail = tail_byte % (MAX_QUERY_TOKENS_PER_DECODE + 1)
     tail_slot = PADDING_SLOTS[tail_byte // (MAX_QUERY_TOKENS_PER_DECODE + 1) % len(PADDING_SLOTS)]
     pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
     tail = tail if padding and real_tokens else 0
-    tail_padding = []
-    for start in range(0, tail * PAD_BYTES, PAD_BYTES):
-        source = uint(pads[start : start + 2]) % real_tokens
-        position = uint(pads[start + 2 : start + PAD_BYTES]) % (real_positions[source] + 1)
-        tail_padding.append(PaddingToken(position, real_requests[source], tail_slot))
+    tail_draws = [
+        (uint(pads[start : start + 2]) % real_tokens, uint(pads[start + 2 : start + PAD_BYTES]))
+        for start in range(0, tail * PAD_BYTES, PAD_BYTES)
+    ]
     inside_byte = layout.uint(1)
     inside_count = inside_byte % (MAX_INSIDE_PADDING + 1)
     inside_slot = PADDING_SLOTS[inside_byte // (MAX_INSIDE_PADDING + 1) % len(PADDING_SLOTS)]
@@ -386,6 +395,18 @@ def _batches(
         layout.take(TABLE_BYTES), [pages_for(r.seq_len, block_size, ratio) for r in decode]
     )
     table_width = table.width if table else 0
+    stale_bound = _stale_position_bound(
+        target, model_len, capacity, table_width, ratio, block_size, decode_tail=not prefill
+    )
+    tail_padding = [
+        PaddingToken(
+            _tail_position(real_positions[source], value, stale_bound
+                           if tail_byte >= STALE_LARGE_TAIL_BYTE else None),
+            real_requests[source],
+            tail_slot,
+        )
+        for source, value in tail_draws
+    ]
     wider_table, extra_stride = layout.uint(1), layout.uint(1)
     row_stride = table_width + 1 + extra_stride % 64 if table and wider_table & 1 else 0
 
@@ -402,6 +423,9 @@ def _batches(
         num_tokens, num_decode, width, capacity, tail=bool(tail_padding), inside=bool(inside),
         speculative=any(r.query_len > 1 for r in decode), kernel_level=kernel_level,
     )
+    every_request = decode + prefill
+    if any(pad.position >= every_request[pad.request].seq_len for pad in tail_padding):
+        labels += ("stale padding past its request",)
     if geometries:
         labels += (f"R={ratio}, B={block_size}",)
     batch = assemble_batch(
@@ -424,10 +448,33 @@ def _batches(
     return dataclasses.replace(batch, labels=labels + shape_labels(batch))
 
 
+def _stale_position_bound(
+    target, model_len: int, capacity: int, table_width: int, ratio: int, block_size: int,
+    *, decode_tail: bool,
+) -> int:
+    """The largest position a stale tail padding token may carry: one an
+    earlier step's request reached (< ``max_model_len``). A decode padding
+    row under ``slots`` is written from the block table, so there it stays
+    where the table's rows reach at any width up to C (the contract's table
+    precondition); under ``inert`` and in prefill rows no table entry is read."""
+    bound = model_len - 1
+    if decode_tail and padding_rows_of(target) == SLOTS and table_width * block_size < capacity:
+        bound = min(bound, (table_width * block_size + 1) * ratio - 2)
+    return bound
+
+
+def _tail_position(source_position: int, value: int, stale_bound: int | None) -> int:
+    """A tail padding token's position from its draw: the source token's own
+    or an earlier one, or with ``stale_bound`` a larger one, up to it."""
+    if stale_bound is None or stale_bound <= source_position:
+        return value % (source_position + 1)
+    return source_position + 1 + value % (stale_bound - source_position)
+
+
 def shape_labels(batch: Batch) -> tuple[str, ...]:
     """Shapes that broke consumers upstream, for ``event()``: padding slots
-    other than -1, more than 64 decode rows (vllm#53574: a consumer checks
-    contiguity only above 64 rows), every length 0 (vllm#51970)."""
+    other than -1, more than 64 decode rows (vllm#53574: a consumer checks contiguity only above
+    64 rows), every length 0 (vllm#51970)."""
     labels = ()
     slots = batch.slot_mapping[: batch.num_tokens]
     if any(s < -1 for s in slots):

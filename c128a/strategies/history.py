@@ -15,6 +15,7 @@ def engine_batch(
     tail_padding: int = 0,
     inside_padding: tuple[int, ...] = (),
     padding_slot: int = -1,
+    padding_position: tuple[int, int] | None = None,
     table_row_stride: int = 0,
     buffer_rows: int | None = None,
     prefill_extra_columns: int = 0,
@@ -27,7 +28,8 @@ def engine_batch(
     ``decode`` and ``prefill`` list requests as ``(seq_len, query_len)``;
     tokens are each request's last ``query_len`` positions, decode first.
     Tail padding tokens repeat the last real token's position and request
-    with ``padding_slot`` (decode tokens when there is no prefill);
+    (or take ``padding_position``, a stale ``(position, request)``) with
+    ``padding_slot`` (decode tokens when there is no prefill);
     ``inside_padding`` gives real tokens that slot. The prefill buffer is ``prefill_extra_columns``
     wider than the decode buffer. Page numbers are unique and in reverse order,
     one spare junk column per row. The capacity and width come from
@@ -40,7 +42,7 @@ def engine_batch(
         width = target_width(target, max_seq_len, COMPRESS_RATIO, capacity)
     real = sum(q for _, q in [*decode, *prefill])
     last = (requests[-1].positions[-1], len(requests) - 1) if requests else (0, 0)
-    padding = [PaddingToken(*last, padding_slot)] * tail_padding
+    padding = [PaddingToken(*(padding_position or last), padding_slot)] * tail_padding
     needs = [pages_for(s) for s, _ in decode]
     total, first = sum(needs), 0
     columns = max(needs, default=0) + 1
@@ -123,6 +125,13 @@ def _historical_batches() -> dict[str, Batch]:
         # checks contiguity only above 64 rows): 9 requests of 8 tokens.
         "more_than_64_decode_rows": engine_batch(
             [((3 + k) * 128 + k, 8) for k in range(9)], [(400, 2)]
+        ),
+        # A stale padding position past every real token's (22 entries, the
+        # table's reach, against 20 and 3): its slots row reads its
+        # request's junk columns; the real tokens' rows must not change.
+        "stale_padding_past_its_request": engine_batch(
+            [(3 * 128 + 5, 1), (20 * 128, 1)], tail_padding=2,
+            padding_position=(22 * 128 + 100, 0),
         ),
         # Every position < 127: every length 0, the rows all -1 (vllm#51970).
         "every_length_zero": engine_batch([(100, 1), (127, 2)], [(50, 3)], tail_padding=1),

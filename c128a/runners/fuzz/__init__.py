@@ -9,7 +9,7 @@ Hypothesis, remembered in the example database (``--db``: a directory, or
 """
 
 from .config import DEFAULT_DB, FuzzConfig, FuzzOptions, derive_seed, load_config_file, resolve
-from .supervisor import REPORT_FORMAT, Supervisor, run_fuzz, summary_table
+from .supervisor import REPORT_FORMAT, Supervisor, run_fuzz, summary_table, time_lines
 
 __all__ = [
     "DEFAULT_DB",
@@ -22,4 +22,5 @@ __all__ = [
     "resolve",
     "run_fuzz",
     "summary_table",
+    "time_lines",
 ]

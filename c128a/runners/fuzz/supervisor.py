@@ -6,6 +6,11 @@ its GPU). A worker that dies (a CUDA fault, a signal) or runs one example past
 ``--example-timeout`` is killed and restarted; the parent keeps its in-flight
 input as a ``crash`` or ``hang`` case. A worker's first failing example is
 saved before it shrinks, so a stop or a kill loses nothing found.
+
+Each worker's wall time (from its first spawn to its end, restarts included)
+is split into :data:`c128a.phases.BUCKETS`: the seconds its examples spent
+drawing, in the target, the oracle and the checks, as the worker measured
+them, and supervision, the rest (the report's ``time_split``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ... import phases
 from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError
 from ...step import Batch
 from ..cases import (
@@ -45,6 +51,11 @@ from .config import FuzzConfig, check_paths
 from .worker import CUDA_FAULT_EXIT, worker_main
 
 REPORT_FORMAT = "c128a-fuzz-report/1"
+TIME_DETAIL = (*phases.PHASES, "inflight", "startup")
+"""The report's ``time_detail``: the phases a worker measured (``draw`` is
+Hypothesis's draw time, ``other`` the rest of the checks' own code), the
+in-flight file writes and the start-ups (spawn to ready), both parts of
+supervision."""
 POLL_INTERVAL_S = 0.1
 STARTUP_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
@@ -64,10 +75,17 @@ class WorkerStats:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     state: str = "starting"
+    seconds: Counter = field(default_factory=Counter)  # TIME_DETAIL name -> seconds
+
+    def wall(self, now: float) -> float:
+        return (self.finished or now) - self.started
 
     def rate(self, now: float) -> float:
-        elapsed = (self.finished or now) - self.started
+        elapsed = self.wall(now)
         return self.examples / elapsed if elapsed > 0 else 0.0
+
+    def time_split(self, now: float) -> dict[str, float]:
+        return phases.split(self.seconds, self.wall(now))
 
 
 @dataclass
@@ -198,6 +216,7 @@ class Supervisor:
             batch = None
         if record.get("fault"):
             message += f": {record['fault']}"
+        variant = record.get("padding_rows") or self.config.padding_rows
         case = new_case(
             property=record.get("property") or "unknown",
             target=self.config.target,
@@ -207,10 +226,12 @@ class Supervisor:
             device=self.config.device,
             seed=record.get("seed"),
             steps=None if batch else "the serving-loop example running when the worker was lost",
-            outside_contract=contract_breach(batch) if batch is not None else None,
+            outside_contract=(
+                contract_breach(batch, variant) if batch is not None else None
+            ),
             round_examples=record.get("round_examples"),
             profile=record.get("profile"),
-            padding_rows=self.config.padding_rows,
+            padding_rows=variant,
         )
         self.record_case(case)
 
@@ -317,8 +338,10 @@ class Supervisor:
             slot.activity = time.monotonic()
             if kind == "ready":
                 slot.ready, stats.state = True, "running"
+                stats.seconds["startup"] += slot.activity - slot.spawned
             elif kind == "progress":
                 stats.examples += payload["examples"]
+                stats.seconds.update(payload.get("time") or {})
                 stats.running = payload["running"]
                 self.labels.update(payload["labels"])
                 self.per_property.update(payload["per_property"])
@@ -466,7 +489,16 @@ class Supervisor:
                 _duration(now - self.started), self.remaining(now),
             )
         coverage = ", ".join(f"{label}: {count}" for label, count in sorted(self.labels.items()))
-        return Group(table, Text(f"coverage: {coverage or '-'}"))
+        return Group(table, Text(f"coverage: {coverage or '-'}"),
+                     Text(f"time: {split_text(self.time_split(now))}"))
+
+    def time_split(self, now: float) -> dict[str, float]:
+        """The workers' time split, added up."""
+        total = dict.fromkeys(phases.BUCKETS, 0.0)
+        for stats in self.stats:
+            for name, spent in stats.time_split(now).items():
+                total[name] += spent
+        return total
 
     def status_line(self, now: float) -> str:
         parts = [
@@ -474,7 +506,10 @@ class Supervisor:
             f"{s.failures + s.crashes + s.hangs} fail"
             for s in self.stats
         ]
-        return f"[{_duration(now - self.started)} / {self.remaining(now)} left] " + "; ".join(parts)
+        return (
+            f"[{_duration(now - self.started)} / {self.remaining(now)} left] " + "; ".join(parts)
+            + f"; time: {split_text(self.time_split(now))}"
+        )
 
     def report(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -484,6 +519,8 @@ class Supervisor:
         crashes = sum(s.crashes for s in self.stats)
         hangs = sum(s.hangs for s in self.stats)
         found = failures + crashes + hangs
+        splits = [s.time_split(now) for s in self.stats]
+        time_split = {name: sum(split[name] for split in splits) for name in phases.BUCKETS}
         if self.fatal:
             status = "aborted"
         elif self.interrupted is not None:
@@ -526,6 +563,12 @@ class Supervisor:
                 "hangs": hangs,
                 "restarts": sum(s.restarts for s in self.stats),
                 "new_cases": sum(1 for c in self.cases if c["new"]),
+                "worker_s": round(sum(s.wall(now) for s in self.stats), 3),
+                "time_split": _rounded(time_split),
+                "time_share": _rounded(phases.shares(time_split), 4),
+                "time_detail": _rounded(
+                    {name: sum(s.seconds[name] for s in self.stats) for name in TIME_DETAIL}
+                ),
             },
             "per_worker": [
                 {
@@ -538,8 +581,12 @@ class Supervisor:
                     "hangs": s.hangs,
                     "restarts": s.restarts,
                     "state": s.state,
+                    "elapsed_s": round(s.wall(now), 3),
+                    "time_split": _rounded(split),
+                    "time_share": _rounded(phases.shares(split), 4),
+                    "time_detail": _rounded({name: s.seconds[name] for name in TIME_DETAIL}),
                 }
-                for s in self.stats
+                for s, split in zip(self.stats, splits)
             ],
             "per_property": dict(sorted(self.per_property.items())),
             "coverage": dict(sorted(self.labels.items())),
@@ -553,6 +600,43 @@ def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> N
     where and why."""
     entry["not_written"] = f"{where}: {exc.strerror or exc}"
     entry["case"] = case.to_json()
+
+
+def _rounded(values: dict[str, float], digits: int = 3) -> dict[str, float]:
+    return {name: round(value, digits) for name, value in values.items()}
+
+
+def split_text(split: dict[str, float]) -> str:
+    """``drawing 31% · target 22% · ...``: each bucket's share of the split."""
+    share = phases.shares(split)
+    return " · ".join(f"{name} {share[name]:.0%}" for name in phases.BUCKETS)
+
+
+def time_lines(report: dict[str, Any]) -> list[str]:
+    """The summary's time split: all workers' shares, the mean per example,
+    where supervision went, then each worker's shares when there are several."""
+    totals = report["totals"]
+    if "time_split" not in totals:
+        return []
+    split, detail, workers = totals["time_split"], totals["time_detail"], report["per_worker"]
+    per_example = 1e3 / max(totals["examples"], 1)
+    supervision = split["supervision"]
+    rest = max(supervision - detail["startup"] - detail["inflight"], 0.0)
+    lines = [
+        f"time: {split_text(split)}",
+        "  per example: "
+        + " · ".join(f"{name} {split[name] * per_example:.3g} ms" for name in phases.BUCKETS),
+        f"  supervision {supervision:.1f} s of {totals['worker_s']:.1f} worker-s: start-up "
+        f"{detail['startup']:.1f} s, in-flight files {detail['inflight']:.1f} s, the rest "
+        f"{rest:.1f} s (Hypothesis's engine, shrinking, the database, messages)",
+    ]
+    if len(workers) > 1:
+        lines += [
+            f"  worker {row['worker']} ({row['elapsed_s']:.1f} s, {row['examples_per_s']:.1f} "
+            f"ex/s): {split_text(row['time_split'])}"
+            for row in workers
+        ]
+    return lines
 
 
 def _duration(seconds: float) -> str:
@@ -587,6 +671,8 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
     supervisor = Supervisor(config, console)
     report = supervisor.run()
     console.print(summary_table(report))
+    for line in time_lines(report):
+        console.print(line, markup=False, soft_wrap=True)
     if report["coverage"]:
         console.print(
             "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
