@@ -184,3 +184,14 @@ def test_reading_one_entry_past_n_t_is_reported_saved_and_replayed(tmp_path):
                             capture_output=True, text=True, timeout=900)
     assert replay.returncode == EXIT_FAILED, replay.stdout + replay.stderr
     assert "STILL FAILS" in replay.stdout
+
+
+def test_a_child_past_the_time_limit_is_killed_and_reported(stand_in, tmp_path, c128a_device):
+    slow = tmp_path / "slow-sanitizer"
+    slow.write_text(f"#!{sys.executable}\nimport time\nprint('========= COMPUTE-SANITIZER', "
+                    "flush=True)\ntime.sleep(60)\n")
+    slow.chmod(0o755)
+    run = sanitizer.run_sanitizer("memcheck", "triton", sanitizer=str(slow), timeout=2,
+                                  device=c128a_device.type)
+    assert any("ran past 2 s and was killed" in e for e in run.errors), run.errors
+    assert not run.clean

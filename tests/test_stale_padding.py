@@ -72,7 +72,7 @@ def test_strategies_reach_stale_padding_inside_the_contract_of_each_variant(vari
 def test_the_historical_step_reads_its_requests_junk_columns_under_slots(c128a_device):
     # Padding row 2 attends to 22 entries (pages 0..10); its request owns 2 pages,
     # so pages 2..10 are the row's junk (-7): the slot ids there are -7 * B + j % B.
-    assert STALE.slot_mapping[2:4] == (-1, -1) and LABEL not in STALE.labels
+    assert STALE.slot_mapping[2:4] == (-1, -1)
     expected = oracle_build(STALE, c128a_device).buffers
     row = expected.global_decode[2, :22].tolist()
     assert row[4:22] == [-7 * 2 + j % 2 for j in range(4, 22)]

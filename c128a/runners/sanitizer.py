@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,15 +150,27 @@ def run_sanitizer(
         lines: list[str] = []
         with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               env=env, text=True, errors="replace") as process:
+            # The output is read as it comes, so the time limit is a timer's
+            # kill: a hung child closes its output when it dies.
+            expired = threading.Event()
+
+            def expire() -> None:
+                expired.set()
+                process.kill()
+
+            timer = threading.Timer(timeout, expire) if timeout else None
+            if timer is not None:
+                timer.start()
             try:
                 for line in process.stdout:
                     lines.append(line.rstrip("\n"))
                     if progress is not None:
                         progress(line.rstrip("\n"))
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
                 process.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if expired.is_set():
                 lines.append(f"{MARKER} error the sanitizer ran past {timeout:g} s and was killed")
     return parse_output(tool, command, process.returncode, lines)
 

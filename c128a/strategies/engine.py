@@ -395,16 +395,14 @@ def _batches(
         layout.take(TABLE_BYTES), [pages_for(r.seq_len, block_size, ratio) for r in decode]
     )
     table_width = table.width if table else 0
-    stale_bound = _stale_position_bound(
-        target, model_len, capacity, table_width, ratio, block_size, decode_tail=not prefill
+    stale_bound = (
+        _stale_position_bound(target, model_len, capacity, table_width, ratio, block_size,
+                              decode_tail=not prefill)
+        if tail_byte >= STALE_LARGE_TAIL_BYTE else None
     )
     tail_padding = [
-        PaddingToken(
-            _tail_position(real_positions[source], value, stale_bound
-                           if tail_byte >= STALE_LARGE_TAIL_BYTE else None),
-            real_requests[source],
-            tail_slot,
-        )
+        PaddingToken(_tail_position(real_positions[source], value, stale_bound),
+                     real_requests[source], tail_slot)
         for source, value in tail_draws
     ]
     wider_table, extra_stride = layout.uint(1), layout.uint(1)
