@@ -185,6 +185,7 @@ def parse_output(tool: str, command: list[str], returncode: int, lines: list[str
     run = SanitizerRun(tool=tool, command=command, returncode=returncode,
                        output="\n".join(lines))
     current: dict | None = None
+    steps: dict[int, dict] = {}
     reports: dict[int, list[str]] = {}
     in_report = False
     reported = 0
@@ -194,6 +195,7 @@ def parse_output(tool: str, command: list[str], returncode: int, lines: list[str
             word, _, rest = line[len(MARKER) + 1:].partition(" ")
             if word == "step":
                 current = json.loads(rest)
+                steps[current["index"]] = current
                 run.steps += 1
             elif word == "values" and current is not None:
                 run.findings.append(_finding(tool, VALUES, current, json.loads(rest)["report"]))
@@ -220,7 +222,6 @@ def parse_output(tool: str, command: list[str], returncode: int, lines: list[str
                 in_report = False
             if current is not None:
                 reports[current["index"]].append(line)
-    steps = _steps_by_index(lines)
     for index, report in reports.items():
         kept = report[:REPORT_LINES]
         if len(report) > REPORT_LINES:
@@ -232,15 +233,6 @@ def parse_output(tool: str, command: list[str], returncode: int, lines: list[str
         tail = "\n".join(lines[-15:])
         run.errors.append(f"the sanitizer's child exited {returncode}:\n{tail}")
     return run
-
-
-def _steps_by_index(lines: list[str]) -> dict[int, dict]:
-    steps = {}
-    for line in lines:
-        if line.startswith(f"{MARKER} step "):
-            step = json.loads(line[len(MARKER) + 6:])
-            steps[step["index"]] = step
-    return steps
 
 
 def _finding(tool: str, kind: str, step: dict, report: str) -> Finding:
@@ -364,8 +356,6 @@ def _drawn(target, examples: int, seed: int):
     """``examples`` steps from the strategies, reproducibly from ``seed``."""
     if examples <= 0:
         return []
-    import random
-
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as with_seed
 
@@ -380,7 +370,6 @@ def _drawn(target, examples: int, seed: int):
     def collect(batch):
         drawn.append(batch)
 
-    random.seed(seed)
     collect()
     return [(f"drawn {i} (seed {seed})", b) for i, b in enumerate(drawn[:examples])]
 
