@@ -129,10 +129,13 @@ def call_target(invariant: str, what: str, function: Callable[..., T], *args, **
     except ContractViolation:
         raise
     except Exception as exc:
-        original = f"{type(exc).__name__}: {exc}"
-        raise TargetRaised(
-            invariant, f"the target's {what} raised {original}", original
-        ) from exc
+        raise target_raised(invariant, what, exc) from exc
+
+
+def target_raised(invariant: str, what: str, exc: Exception) -> "TargetRaised":
+    """The :class:`TargetRaised` for ``exc``, raised by the target's ``what``."""
+    original = f"{type(exc).__name__}: {exc}"
+    return TargetRaised(invariant, f"the target's {what} raised {original}", original)
 
 
 def is_kill(exc: BaseException) -> bool:

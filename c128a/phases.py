@@ -13,19 +13,20 @@ the very rate it explains), so a phase is host wall time, and on CUDA a
 kernel's device time lands in the first later phase that waits for it. The
 synchronisations the harness has anyway decide where:
 
-- ``tensors``: the step's tensors go to the device in one blocking copy,
-  which also waits for device work queued before it;
+- ``tensors``: the step's tensors go to the device in one copy through
+  pinned memory, not waited for;
 - ``validation`` (in the target's build, for the project's builders and the
   reference): one read-back of the argument checks before the launch, which
-  waits for the step's buffers being filled; the launch itself returns
+  waits for the step's tensors and buffers; the launch itself returns
   before the kernel runs (a first call's compile is host time, in ``target``);
-- ``oracle``: its torch operations are launched, not waited for;
-- ``comparison`` and the other checks: the comparison's one read-back waits
-  for the target's kernel and the oracle's operations; the ``.cpu()``
-  copies and ``nonzero`` of the padding and untouched-memory checks wait too.
+- ``readback``: the build's buffers and views copied to the host, once a
+  build (:meth:`c128a.step.BuildResult.on_host`), which waits for the
+  target's kernel;
+- ``oracle`` and ``comparison``: on the host, after the read-back.
 
-So on CUDA the target and oracle buckets are host time (argument checks,
-launches, compiles) and the checks bucket carries the kernels' device time;
+So on CUDA the target bucket is host time (argument checks, launches,
+compiles) with the wait of the project's argument checks, and the checks
+bucket carries the kernels' device time, in ``readback``;
 on the CPU (and under Triton's interpreter) everything is synchronous and
 each bucket is exact. ``c128a bench --throughput`` synchronises at the end of
 every phase, for device-exact phase times of one property.
@@ -39,11 +40,15 @@ import time
 from collections import Counter
 from typing import Callable, Iterator, Mapping
 
-PHASES = ("draw", "tensors", "buffers", "validation", "target", "oracle", "comparison", "other")
+PHASES = (
+    "draw", "tensors", "buffers", "validation", "target", "readback", "oracle", "comparison",
+    "other",
+)
 """The phases, in the order reports list them: Hypothesis drawing the step
 (everything outside the check), the step's tensors, poisoned buffers, the
 contract's argument checks, the target's build (its checks excluded), the
-oracle's expected values, comparing with them, and the rest of the check."""
+the result read back to the host (the wait for the device), the oracle's
+expected values, comparing with them, and the rest of the check."""
 
 _running: "PhaseClock | None" = None
 _now = time.perf_counter  # the phases' clock (a test may replace it)
@@ -138,6 +143,7 @@ BUCKET_OF = {
     "draw": "drawing",
     "validation": "target",  # the target's own argument checks, inside its build
     "target": "target",
+    "readback": "checks",
     "oracle": "oracle",
     "tensors": "checks",
     "buffers": "checks",

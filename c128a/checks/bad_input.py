@@ -14,7 +14,7 @@ from ..contract.call import BUFFER_ARGUMENTS
 from ..failures import InvariantViolation
 from ..step import Batch, Buffers
 from ..targets import is_project_target
-from .diff import first_difference, setting
+from .diff import all_equal, first_difference, setting
 
 
 @dataclass(frozen=True)
@@ -294,11 +294,37 @@ def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
     cases = [case for case in cases if case.applies(batch)]
     if not cases:
         return
-    # One set of buffers for every case: a rejected call writes nothing, and
-    # the first case that writes fails the check.
+    # One set of buffers for every case: a rejected call writes nothing. The
+    # buffers are compared once, after the last case (one read-back); only
+    # when something changed are the cases run again one at a time, each
+    # compared, to name the first that writes.
     buffers = Buffers.for_batch(batch, device)
     snapshot = buffers.clone()
     arguments = batch.build_args(batch.tensors(device), buffers)
+    pairs = _run_cases(target, batch, cases, arguments, buffers, snapshot)
+    unchanged = all_equal(pairs)
+    if all(unchanged):
+        return
+    buffer, before = next(pair for pair, same in zip(pairs, unchanged) if not same)
+    index = first_difference(buffer, before)  # as it was after the last case
+    change = f"element {list(index)} changed from {int(before[index])} to {int(buffer[index])}"
+    buffers.copy_(snapshot)
+    _run_cases(target, batch, cases, arguments, buffers, snapshot, compare_each=True)
+    raise InvariantViolation(
+        "rejects_bad_input",
+        f"a bad-input case wrote a buffer ({change}), but none did when the {len(cases)} "
+        "cases ran again one at a time: the write is not reproducible",
+    )
+
+
+def _run_cases(target, batch: Batch, cases, arguments: BuildArgs, buffers: Buffers,
+               snapshot: Buffers, compare_each: bool = False) -> list:
+    """Call the target with each case's arguments; raise for a case it does
+    not refuse with a ValueError naming the argument. Returns the (buffer,
+    snapshot) pairs to compare: the shared buffers and every substitute
+    buffer a case passed. With ``compare_each``, each case's pairs are
+    compared right after it and the first change raises."""
+    pairs = list(zip(buffers.as_tuple(), snapshot.as_tuple()))
     for case in cases:
         args = case.mutate(arguments, batch)
         substitutes = [
@@ -306,7 +332,7 @@ def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
             for key, own in zip(BUFFER_ARGUMENTS, buffers.as_tuple())
             if getattr(args, key) is not own and getattr(args, key).device.type != "meta"
         ]
-        substitute_snapshots = [b.clone() for b in substitutes]
+        case_pairs = [(b, b.clone()) for b in substitutes]
         try:
             with phases.phase("target"):
                 target.build_c128a_topk_metadata(*args)
@@ -328,9 +354,11 @@ def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
                 f"{case.name}: accepted {case.argument} without raising ValueError; "
                 + setting(batch, batch.width),
             )
-        pairs = list(zip(buffers.as_tuple(), snapshot.as_tuple()))
-        pairs += list(zip(substitutes, substitute_snapshots))
-        for buffer, before in pairs:
+        pairs += case_pairs
+        if not compare_each:
+            continue
+        case_pairs += list(zip(buffers.as_tuple(), snapshot.as_tuple()))
+        for buffer, before in case_pairs:
             if not torch.equal(buffer, before):
                 index = first_difference(buffer, before)
                 raise InvariantViolation(
@@ -338,3 +366,4 @@ def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
                     f"{case.name}: raised, but first wrote a buffer: element {list(index)} "
                     f"changed from {int(before[index])} to {int(buffer[index])}",
                 )
+    return pairs

@@ -9,6 +9,7 @@ import torch
 
 from ..failures import InvariantViolation
 from ..step import Batch, BuildResult, build
+from ..step.buffers import results_on_host, to_host
 from .diff import compare_rows, first_difference, setting, token, window
 from .one_build import check_matches_oracle, decode_width
 
@@ -20,6 +21,7 @@ def check_adaptive_equals_full(target, batch: Batch, device) -> None:
     name = "adaptive_equals_full"
     adaptive = build(target, batch, device)
     full = build(target, batch, device, width=batch.capacity)
+    adaptive, full = results_on_host(adaptive, full)
     d, t, width = batch.num_decode_tokens, batch.num_tokens, batch.width
     if width < batch.max_seq_len // batch.compress_ratio:
         # Below the builder's precondition the lists are cut by design: only
@@ -47,12 +49,12 @@ def check_idempotent(target, batch: Batch, device) -> None:
     """Invariant: building the same batch twice into the same buffers gives
     the same views and leaves the same buffers."""
     first = build(target, batch, device)
-    snapshot = first.buffers.clone()
-    views = tuple(v.clone() for v in first.views)
-    second = build(target, batch, device, buffers=first.buffers)
+    snapshot = to_host([*first.buffers.as_tuple(), *first.views], copy=True)
+    views = snapshot[3:]
+    second = build(target, batch, device, buffers=first.buffers).on_host()
     for what, was, now in zip(
         ("global_decode_buffer", "decode_lens_buffer", "prefill_buffer"),
-        snapshot.as_tuple(),
+        snapshot[:3],
         second.buffers.as_tuple(),
     ):
         index = first_difference(now, was)
@@ -64,7 +66,7 @@ def check_idempotent(target, batch: Batch, device) -> None:
             )
     for what, was, now in zip(("global_decode", "decode_lens", "prefill_local"), views,
                               second.views):
-        if tuple(was.shape) != tuple(now.shape) or not torch.equal(was.cpu(), now.cpu()):
+        if tuple(was.shape) != tuple(now.shape) or not torch.equal(was, now):
             raise InvariantViolation(
                 "idempotent",
                 f"second build returned a different {what} view; " + setting(batch, batch.width),
@@ -123,15 +125,14 @@ def _token_rows(result: BuildResult, columns: int):
     """Per token: (decode row or prefill row, decode_lens value or None)."""
     batch = result.batch
     d = batch.num_decode_tokens
-    buffers = result.buffers
+    buffers = result.on_host().buffers
+    lens = buffers.decode_lens[:d].tolist()
     rows = []
     for index in range(batch.num_tokens):
         if index < d:
-            rows.append(
-                (buffers.global_decode[index, :columns].cpu(), int(buffers.decode_lens[index]))
-            )
+            rows.append((buffers.global_decode[index, :columns], lens[index]))
         else:
-            rows.append((buffers.prefill[index - d, : result.width].cpu(), None))
+            rows.append((buffers.prefill[index - d, : result.width], None))
     return rows
 
 
@@ -141,14 +142,17 @@ def check_independent(target, batch: Batch, device) -> None:
     rows, or dropping every other token leaves each token's row unchanged."""
     if batch.num_tokens < 2:
         return
-    original = build(target, batch, device)
-    reference_rows = _token_rows(original, decode_width(target, original))
-    for how, (other, source) in (
+    variants = (
         ("with the tokens in reverse order", permuted_batch(batch)),
         ("with the requests' block-table rows rotated", rotated_table_batch(batch)),
         ("with every other token dropped", sub_batch(batch)),
-    ):
-        result = build(target, other, device)
+    )
+    # All four builds first, then one read-back for all of them.
+    original, *others = results_on_host(
+        build(target, batch, device), *(build(target, other, device) for _, (other, _) in variants)
+    )
+    reference_rows = _token_rows(original, decode_width(target, original))
+    for (how, (_, source)), result in zip(variants, others):
         rows = _token_rows(result, decode_width(target, result))
         for new, old in enumerate(source):
             (row, lens), (expected_row, expected_lens) = rows[new], reference_rows[old]

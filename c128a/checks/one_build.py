@@ -5,6 +5,10 @@ rows ``< T - num_decode_tokens``, columns ``< W`` (``< C`` for the decode
 buffer of a target with ``full_width_decode_views``); ``decode_lens`` rows
 ``< num_decode_tokens``. Nothing else may change. Each check raises
 :class:`~c128a.failures.InvariantViolation` with a readable diff.
+
+Values are compared on the host: a build is read back once
+(:meth:`~c128a.step.BuildResult.on_host`) and the oracle runs on the CPU, so
+that an example waits for the device as few times as it can.
 """
 
 from __future__ import annotations
@@ -48,11 +52,11 @@ def check_matches_oracle(target, result: BuildResult, expected: Views | None = N
     """Invariant: the build equals the oracle on the written region, both in
     the returned views and in the buffers read at their own row stride.
     ``expected`` is the oracle's :func:`expected_result` when already known."""
+    result = result.on_host()
     batch, width = result.batch, result.width
     columns = decode_width(target, result)
-    device = result.buffers.global_decode.device
     if expected is None:
-        expected = expected_result(target, batch, width, device, columns)
+        expected = expected_result(target, batch, width, "cpu", columns)
     decode, lens, prefill = expected
     d, t = batch.num_decode_tokens, batch.num_tokens
     buffers = result.buffers
@@ -142,7 +146,9 @@ def check_untouched_memory(target, result: BuildResult, before: Buffers) -> None
     held before the call (the poison, for fresh buffers)."""
     batch, width = result.batch, result.width
     d, t = batch.num_decode_tokens, batch.num_tokens
-    after = result.buffers
+    after = result.on_host().buffers
+    if before.global_decode.device != after.global_decode.device:
+        before = before.host_copy()
     regions = (
         ("global_decode_buffer", after.global_decode, before.global_decode, d,
          decode_width(target, result)),
@@ -189,12 +195,12 @@ def check_padding(target, result: BuildResult) -> None:
     columns_of_decode = decode_width(target, result)
     positions = torch.tensor(batch.positions, dtype=torch.int64)
     inert = padding_rows_of(target) == INERT
-    buffers = result.buffers
+    buffers = result.on_host().buffers
     padding = torch.tensor([s < 0 for s in batch.slot_mapping[:d]], dtype=torch.bool)
     for what, rows, first, columns, inert_rows in (
-        ("global_decode_buffer", buffers.global_decode[:d, :columns_of_decode].cpu(), 0,
+        ("global_decode_buffer", buffers.global_decode[:d, :columns_of_decode], 0,
          columns_of_decode, padding if inert else torch.zeros_like(padding)),
-        ("prefill_buffer", buffers.prefill[: t - d, :width].cpu(), d, width,
+        ("prefill_buffer", buffers.prefill[: t - d, :width], d, width,
          torch.zeros(t - d, dtype=torch.bool)),
     ):
         token_positions = positions[first : first + rows.shape[0]]
@@ -223,7 +229,7 @@ def check_padding(target, result: BuildResult) -> None:
             f"\n  actual {window(rows[row], column)}"
             f"\n  {token(batch, row + first)}\n  {setting(batch, width)}",
         )
-    lens = buffers.decode_lens[:d].cpu()
+    lens = buffers.decode_lens[:d]
     for index in range(d):
         if batch.slot_mapping[index] < 0 and int(lens[index]) != 0:
             raise InvariantViolation(
@@ -250,14 +256,20 @@ def _slot_id_note(batch: Batch, row: int, column: int, value: int) -> str:
     )
 
 
-def check_step(target, batch: Batch, device, *, buffers: Buffers | None = None) -> BuildResult:
+def check_step(
+    target, batch: Batch, device, *, buffers: Buffers | None = None,
+    before: Buffers | None = None,
+) -> BuildResult:
     """Build ``batch`` at ``batch.width`` into ``buffers`` (fresh, poisoned,
     when None) and check everything one build can: oracle equality, views,
-    padding and sentinels, and untouched memory against a snapshot taken
-    before the call. Returns the :class:`~c128a.step.BuildResult`."""
+    padding and sentinels, and untouched memory against ``before``, the
+    buffers' contents before the call (a snapshot taken here when None).
+    Returns the :class:`~c128a.step.BuildResult`."""
     if buffers is None:
         buffers = Buffers.for_batch(batch, device)
-    before = buffers.clone()
+        before = Buffers.for_batch(batch, "cpu")  # the same poison, known without a read-back
+    elif before is None:
+        before = buffers.host_copy()
     result = build(target, batch, device, buffers=buffers)
     check_views(target, result)
     check_matches_oracle(target, result)

@@ -53,17 +53,24 @@ def active_topk_width(
     ``max_seq_len // compress_ratio`` entries, instead of returning a width
     that would cut a token's list short.
     """
-    check(
-        isinstance(max_seq_len, int) and not isinstance(max_seq_len, bool) and max_seq_len >= 0,
-        f"max_seq_len={max_seq_len!r} must be an int >= 0",
-    )
-    check_positive_int("compress_ratio", compress_ratio)
-    check_positive_int("capacity", capacity)
-    check(
-        capacity % WIDTH_ALIGNMENT == 0,
-        f"capacity={capacity} must be a multiple of {WIDTH_ALIGNMENT}; "
-        "use capacity_width(max_model_len) to size the buffers",
-    )
+    # Plain ints in range skip the checks' messages: a sweep calls this often.
+    if not (
+        type(max_seq_len) is int and type(compress_ratio) is int and type(capacity) is int
+        and max_seq_len >= 0 and compress_ratio > 0 and capacity > 0
+        and capacity % WIDTH_ALIGNMENT == 0
+    ):
+        check(
+            isinstance(max_seq_len, int) and not isinstance(max_seq_len, bool)
+            and max_seq_len >= 0,
+            f"max_seq_len={max_seq_len!r} must be an int >= 0",
+        )
+        check_positive_int("compress_ratio", compress_ratio)
+        check_positive_int("capacity", capacity)
+        check(
+            capacity % WIDTH_ALIGNMENT == 0,
+            f"capacity={capacity} must be a multiple of {WIDTH_ALIGNMENT}; "
+            "use capacity_width(max_model_len) to size the buffers",
+        )
     needed = max_seq_len // compress_ratio
     if needed > capacity:
         raise BadArgument(

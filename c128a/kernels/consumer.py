@@ -144,6 +144,7 @@ class GraphConsumer:
         )
 
     def replay(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Replay the graph; copies of its outputs, queued behind it on the
+        stream (read them back to wait for it)."""
         self.graph.replay()
-        torch.cuda.synchronize(self.indices.device)
         return self.indices_seen.clone(), self.lens_seen.clone(), self.gathered.clone()

@@ -142,6 +142,18 @@ def pin_xdist_worker(env=os.environ) -> str | None:
     return pin_to_gpu(gpu_for_worker(xdist_worker_index(worker_id), int(gpu_count)), env)
 
 
+def share_xdist_cores(env=os.environ) -> int | None:
+    """In an xdist worker, torch's CPU threads: this worker's share of the
+    cores (the oracle and the comparisons run on the CPU, on a GPU host too).
+    Returns the thread count set, None outside xdist."""
+    workers = env.get("PYTEST_XDIST_WORKER_COUNT")
+    if not env.get("PYTEST_XDIST_WORKER") or not workers or not workers.isdigit():
+        return None
+    from c128a.runners.gpus import share_cores
+
+    return share_cores(int(workers))
+
+
 def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
     """Header line: which worker runs on which GPU (per GPU, once several share one)."""
     from c128a.runners.gpus import gpu_for_worker
@@ -199,6 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Before anything initialises CUDA in this process.
         pinned_gpu = pin_xdist_worker()
         xdist_line = _prepare_xdist_gpus(config, device_choice)
+        share_xdist_cores()
     except GpuPinningError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
     try:

@@ -51,6 +51,7 @@ from ..contract import (
 from ..contract.validation import check
 from ..failures import BadArgument, ReplayMismatch, StaleSentinelHazard
 from ..step import Batch, Buffers, BuildResult, StepRequest, assemble_batch, build, oracle_build
+from ..step.buffers import to_host, upload
 from .consumer import (
     ConsumerOutput,
     Geometry,
@@ -144,20 +145,26 @@ class StepOutcome:
     hazards: list[str] = field(default_factory=list)
 
 
-BuildStep = Callable[[Batch, Buffers], BuildResult]
+BuildStep = Callable[[Batch, Buffers, Buffers], BuildResult]
+"""``build_step(batch, buffers, before)``: build ``batch`` into ``buffers``,
+whose contents before the build are ``before`` (a host copy)."""
 
 
 class ReplayHarness:
     """Persistent buffers, one captured consumer per (section, capture size),
     and :meth:`run_step` to build a step eagerly and replay.
 
-    ``build_step(batch, buffers)`` builds a batch with the target into the
-    persistent buffers; by default a plain build, the serving-loop machine
-    passes :func:`c128a.checks.check_step`. ``mode`` is 'cuda' (a real CUDA
-    graph), 'emulate' (frozen ``as_strided`` views) or 'auto' (CUDA on a CUDA
-    device). ``kv_slots`` sizes the KV table: the block tables' page ids
-    times ``block_size`` must fit. ``check_window=False`` skips comparing the
-    index window the consumer sees (outputs and lens are always compared).
+    ``build_step(batch, buffers, before)`` builds a batch with the target
+    into the persistent buffers (``before``: their contents on the host); by
+    default a plain build, the serving-loop machine passes
+    :func:`c128a.checks.check_step`. A step waits for the device three times
+    (the buffers before it, the target's build read back, the replays read
+    back); the oracle and every comparison run on the host. ``mode`` is
+    'cuda' (a real CUDA graph), 'emulate' (frozen ``as_strided`` views) or
+    'auto' (CUDA on a CUDA device). ``kv_slots`` sizes the KV table: the
+    block tables' page ids times ``block_size`` must fit.
+    ``check_window=False`` skips comparing the index window the consumer sees
+    (outputs and lens are always compared).
     """
 
     def __init__(
@@ -197,6 +204,7 @@ class ReplayHarness:
         self.check_window = check_window
         self.buffers = Buffers.allocate(self.rows, self.capacity, self.device)
         self.kv = kv_table(max(kv_slots, self.capacity), self.device)
+        self.kv_on_host = kv_table(self.kv.numel(), "cpu")  # the oracle consumer's
         # The prefill combiner knows each prefill token's list length from the
         # positions; in the graph that is a static input refilled every step.
         self.prefill_lens = torch.zeros(self.rows, dtype=torch.int32, device=self.device)
@@ -238,11 +246,12 @@ class ReplayHarness:
             labels=(f"capture batch, size {size}",),
         )
 
-    def _plain_build(self, batch: Batch, buffers: Buffers) -> BuildResult:
+    def _plain_build(self, batch: Batch, buffers: Buffers, before: Buffers) -> BuildResult:
         return build(self.target, batch, self.device, buffers=buffers)
 
     def _capture(self, size: int) -> None:
-        result = self._build_step(self.capture_batch(size), self.buffers)
+        result = self._build_step(self.capture_batch(size), self.buffers,
+                                  self.buffers.host_copy())
         decode_view, lens_view, prefill_view = result.views
         wc = self.capture_width
         decode = freeze(decode_view, (size, wc), f"capture size {size}: global_decode")
@@ -282,42 +291,49 @@ class ReplayHarness:
             "pad the batch first (ReplayHarness.pad)",
         )
         self.steps += 1
-        before = self.buffers.clone()
-        result = self._build_step(batch, self.buffers)
+        before = self.buffers.host_copy()
+        result = self._build_step(batch, self.buffers, before)
         # The contract's buffers after this step: the earlier bytes, with the
         # oracle's rows < T, columns < W (under the target's padding-row
         # variant) written over them.
         expected = before
-        oracle_build(batch, self.device, buffers=expected, padding_rows=self.padding_rows)
+        oracle_build(batch, "cpu", buffers=expected, padding_rows=self.padding_rows)
 
         outcome = StepOutcome(step=self.steps, width=batch.width)
+        prefill_lens = torch.zeros(self.rows, dtype=torch.int32)
         if num_prefill:
-            lengths = attended_lengths(
-                torch.tensor(batch.positions[num_decode:], device=self.device),
-                batch.compress_ratio,
-                batch.width,
-            )
-            self.prefill_lens.zero_()
-            self.prefill_lens[:num_prefill] = lengths.to(torch.int32)
+            prefill_lens[:num_prefill] = attended_lengths(
+                torch.tensor(batch.positions[num_decode:]), batch.compress_ratio, batch.width
+            ).to(torch.int32)
+            # The captured prefill consumer's static input.
+            self.prefill_lens.copy_(upload(prefill_lens, self.device))
+        replayed = {}
         for section, rows in (("decode", num_decode), ("prefill", num_prefill)):
             if rows:
                 size = padded_size(rows, self.sizes)
                 outcome.sizes[section] = size
-                self._check_section(section, size, rows, batch, result, expected, outcome)
+                replayed[section] = (size, rows, self.captured[section, size].consumer.replay())
+        # Every replay's output read back at once.
+        seen_on_host = iter(to_host([t for _, _, seen in replayed.values()
+                                     for t in (seen.indices_seen, seen.lens_seen, seen.gathered)]))
+        for section, (size, rows, _) in replayed.items():
+            seen = ConsumerOutput(*(next(seen_on_host) for _ in range(3)))
+            self._check_section(section, size, rows, batch, result, expected, prefill_lens, seen,
+                                outcome)
         return outcome
 
-    def _check_section(self, section, size, rows, batch, result, expected, outcome) -> None:
+    def _check_section(self, section, size, rows, batch, result, expected, prefill_lens, seen,
+                       outcome) -> None:
         captured = self.captured[section, size]
-        seen = captured.consumer.replay()
         wc = self.capture_width
         if section == "decode":
             want_indices = expected.global_decode[:size, :wc]
             want_lens = expected.decode_lens[:size]
         else:
             want_indices = expected.prefill[:size, :wc]
-            want_lens = self.prefill_lens[:size]
+            want_lens = prefill_lens[:size]
         with phases.phase("oracle"):  # the oracle consumer's output: the expected values
-            want = consume(want_indices, want_lens, self.kv)
+            want = consume(want_indices, want_lens, self.kv_on_host)
 
         context = _Context(self, section, size, rows, batch, result, captured, seen)
         hit = first_difference(seen.gathered, want)
@@ -329,8 +345,8 @@ class ReplayHarness:
         mask = None
         if section == "decode" and self.target.full_width_decode_views:
             # Such a target returns (and may fill) all C columns of its rows.
-            columns = torch.arange(wc, device=self.device)
-            written_rows = torch.arange(size, device=self.device) < rows
+            columns = torch.arange(wc)
+            written_rows = torch.arange(size) < rows
             mask = ~(written_rows[:, None] & (columns >= batch.width)[None, :])
         if self.check_window:
             hit = first_difference(seen.indices_seen, want_indices, mask)

@@ -143,8 +143,8 @@ def build_machine(
     build_step = None
     if check_invariants:
 
-        def build_step(batch, buffers):
-            return check_step(target, batch, device, buffers=buffers)
+        def build_step(batch, buffers, before):
+            return check_step(target, batch, device, buffers=buffers, before=before)
 
     pages_per_request = -(-max_model_len // PAGE_TOKENS) + 2 * MAX_QUERY_TOKENS
     # One request's worth spare: reallocation takes new pages before freeing the old.

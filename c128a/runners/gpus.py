@@ -125,6 +125,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def share_cores(processes: int) -> int:
+    """Give this process, one of ``processes`` running side by side, its share
+    of the host's cores for torch's CPU work (the oracle, the comparisons):
+    ``usable_cores() // processes`` threads, at least one. Left alone, each
+    process starts a thread per core and they contend for the cores. Returns
+    the thread count set."""
+    import torch
+
+    threads = max(usable_cores() // max(processes, 1), 1)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def _smallest_gpu_memory_gib() -> float | None:
     """The smallest visible GPU's memory, from ``nvidia-smi`` (no CUDA context)."""
     smi = shutil.which("nvidia-smi")

@@ -32,7 +32,7 @@ from ..contract import (
 from .. import phases
 from ..failures import BadArgument, CaseError
 from . import schema
-from .buffers import Buffers
+from .buffers import Buffers, upload
 from .schema import Int32, Int64, Range
 
 PAGE_PRIME = 1_000_003
@@ -267,7 +267,7 @@ class Batch:
         packed += ints
         if isinstance(self.block_table, PermutedBlockTable):
             packed += _permuted_table_bytes(self.block_table, wide_rows, stride, self.table_junk)
-        on_device = torch.frombuffer(packed, dtype=torch.uint8).to(device, copy=True)
+        on_device = upload(torch.frombuffer(packed, dtype=torch.uint8), device)
         longs_device = on_device[:split].view(torch.int64)
         ints_device = on_device[split:].view(torch.int32)
         wide = ints_device[table_start:].view(wide_rows, stride)

@@ -8,8 +8,8 @@ the oracle, whose refusal means the suite drew a step outside the contract
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -64,6 +64,11 @@ class Buffers:
     def clone(self) -> "Buffers":
         return Buffers(self.global_decode.clone(), self.decode_lens.clone(), self.prefill.clone())
 
+    def host_copy(self) -> "Buffers":
+        """A copy of the buffers on the host (one synchronisation on a GPU), to
+        compare a later state with."""
+        return Buffers(*to_host(self.as_tuple(), copy=True))
+
     def fill_(self, value: int) -> "Buffers":
         """Every element of every buffer set to ``value``, in place (same memory)."""
         for buffer in self.as_tuple():
@@ -71,23 +76,93 @@ class Buffers:
         return self
 
     def copy_(self, other: "Buffers") -> "Buffers":
-        """``other``'s contents copied in, in place (same memory, any device)."""
+        """``other``'s contents copied in, in place (same memory, any device;
+        from the host to a GPU without waiting, as :func:`upload`)."""
         for buffer, source in zip(self.as_tuple(), other.as_tuple()):
-            buffer.copy_(source)
+            if buffer.device.type == "cuda" and source.device.type == "cpu":
+                buffer.copy_(source.pin_memory(), non_blocking=True)
+            else:
+                buffer.copy_(source)
         return self
 
     def as_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.global_decode, self.decode_lens, self.prefill
 
 
+def upload(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A copy of ``host`` on ``device``; to a GPU through pinned memory and
+    not waited for (a blocking copy would wait for the device, which many
+    processes share). The pinned block stays reserved until the copy is done."""
+    if torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device, copy=True)
+
+
+@phases.measured("readback")
+def to_host(tensors: Sequence, *, copy: bool = False) -> list:
+    """``tensors`` on the host, in order: every device-to-host copy queued at
+    once and waited for with one synchronisation. On a GPU shared by many
+    processes each synchronisation waits for the device to come round to this
+    process, so the checks read a build back once and compare on the host.
+    Host tensors are returned as they are (copied with ``copy``); anything
+    else (a meta tensor, a value that is not a tensor) as it is."""
+    out, waits = [], set()
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+            out.append(tensor)
+        elif tensor.device.type == "cpu":
+            out.append(tensor.clone() if copy else tensor)
+        elif tensor.device.type == "cuda":
+            # Lands in pinned memory, asynchronously; read only after the wait.
+            out.append(tensor.to("cpu", non_blocking=True))
+            waits.add(tensor.device)
+        else:
+            out.append(tensor.cpu())
+    for device in waits:
+        torch.cuda.current_stream(device).synchronize()
+    return out
+
+
 @dataclass
 class BuildResult:
-    """What a build returned and the buffers it wrote into."""
+    """What a build returned and the buffers it wrote into.
+
+    The checks read values from :meth:`on_host` (one read-back a build) and
+    the views' geometry (storage, strides, device) from the result itself."""
 
     batch: "Batch"
     width: int
     views: Views
     buffers: Buffers
+    _host: "BuildResult | None" = field(default=None, repr=False, compare=False)
+
+    def on_host(self) -> "BuildResult":
+        """This result with its buffers and returned views on the host, as
+        they are now: read back once (one synchronisation, cached), so take it
+        before anything writes the buffers again. The result itself when it
+        is on the host already."""
+        if self._host is None:
+            self._host = results_on_host(self)[0]
+        return self._host
+
+
+def results_on_host(*results: BuildResult) -> list[BuildResult]:
+    """:meth:`BuildResult.on_host` of several results with one synchronisation."""
+    pending = [r for r in results if r._host is None]
+    tensors = [t for r in pending for t in (*r.buffers.as_tuple(), *r.views)]
+    if tensors and all(
+        not isinstance(t, torch.Tensor) or t.device.type in ("cpu", "meta") for t in tensors
+    ):
+        for result in pending:
+            result._host = result
+    else:
+        copies = iter(to_host(tensors))
+        for result in pending:
+            buffers = Buffers(*(next(copies) for _ in range(3)))
+            views = Views(*(next(copies) for _ in result.views))
+            result._host = BuildResult(result.batch, result.width, views, buffers)
+            result._host._host = result._host
+    return [r._host for r in results]
 
 
 def build(

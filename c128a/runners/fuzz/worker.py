@@ -43,7 +43,7 @@ from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
-from ..gpus import pin_to_gpu
+from ..gpus import pin_to_gpu, share_cores
 from .config import FuzzConfig, derive_seed
 
 PROGRESS_INTERVAL_S = 0.5
@@ -224,8 +224,7 @@ class Worker:
         self.channel, self.stop, self.inflight, self.budget = channel, stop, Path(inflight), budget
         self.inflight_file = InflightFile(self.inflight)
         self.device_name = use_device(config.device)
-        if self.device_name == "cpu" and config.workers > 1:
-            torch.set_num_threads(1)  # one worker per core
+        share_cores(config.workers)  # the oracle and the checks run on the CPU
         self.device = torch.device(self.device_name)
         profiles.register_profiles()
         self.profile = settings.get_profile(config.profile)
@@ -239,9 +238,9 @@ class Worker:
             properties[name] for name in names
             if name != SERVING_LOOP and properties[name].unsupported(self.target) is None
         ]
-        self.machine_factory = None
+        self.machine = None  # one machine class for every round: it captures its graphs once
         if config.stateful and config.machine and (not config.only or SERVING_LOOP in config.only):
-            self.machine_factory = import_object(config.machine, "--machine")
+            self.machine = import_object(config.machine, "--machine")(self.target, self.device)
         self.database = open_database(config.db)
         self.timer = phases.ExampleTimer()
         self.progress = Progress(channel, index, self.timer)
@@ -299,7 +298,7 @@ class Worker:
         )
 
     def loop(self) -> None:
-        rounds = [*self.properties, *([SERVING_LOOP] if self.machine_factory else [])]
+        rounds = [*self.properties, *([SERVING_LOOP] if self.machine else [])]
         if not rounds:
             raise HarnessError("no property selected (check --only)")
         number = 0
@@ -401,7 +400,7 @@ class Worker:
             blob.stop()
 
     def machine_round(self, seed: int, examples: int) -> None:
-        machine = self.machine_factory(self.target, self.device)
+        machine = self.machine
         worker = self
         blob = FailureBlob()
 
