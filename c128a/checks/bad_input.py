@@ -357,8 +357,7 @@ def _run_cases(target, batch: Batch, cases, arguments: BuildArgs, buffers: Buffe
         pairs += case_pairs
         if not compare_each:
             continue
-        case_pairs += list(zip(buffers.as_tuple(), snapshot.as_tuple()))
-        for buffer, before in case_pairs:
+        for buffer, before in [*zip(buffers.as_tuple(), snapshot.as_tuple()), *case_pairs]:
             if not torch.equal(buffer, before):
                 index = first_difference(buffer, before)
                 raise InvariantViolation(

@@ -51,7 +51,7 @@ from ..contract import (
 from ..contract.validation import check
 from ..failures import BadArgument, ReplayMismatch, StaleSentinelHazard
 from ..step import Batch, Buffers, BuildResult, StepRequest, assemble_batch, build, oracle_build
-from ..step.buffers import to_host, upload
+from ..step.buffers import copy_into, to_host
 from .consumer import (
     ConsumerOutput,
     Geometry,
@@ -306,7 +306,7 @@ class ReplayHarness:
                 torch.tensor(batch.positions[num_decode:]), batch.compress_ratio, batch.width
             ).to(torch.int32)
             # The captured prefill consumer's static input.
-            self.prefill_lens.copy_(upload(prefill_lens, self.device))
+            copy_into(self.prefill_lens, prefill_lens)
         replayed = {}
         for section, rows in (("decode", num_decode), ("prefill", num_prefill)):
             if rows:

@@ -76,13 +76,10 @@ class Buffers:
         return self
 
     def copy_(self, other: "Buffers") -> "Buffers":
-        """``other``'s contents copied in, in place (same memory, any device;
-        from the host to a GPU without waiting, as :func:`upload`)."""
+        """``other``'s contents copied in, in place (same memory, any device:
+        :func:`copy_into`)."""
         for buffer, source in zip(self.as_tuple(), other.as_tuple()):
-            if buffer.device.type == "cuda" and source.device.type == "cpu":
-                buffer.copy_(source.pin_memory(), non_blocking=True)
-            else:
-                buffer.copy_(source)
+            copy_into(buffer, source)
         return self
 
     def as_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -96,6 +93,15 @@ def upload(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     if torch.device(device).type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device, copy=True)
+
+
+def copy_into(destination: torch.Tensor, source: torch.Tensor) -> None:
+    """``source`` copied into ``destination`` in place; from the host to a GPU
+    through pinned memory and not waited for, as :func:`upload`."""
+    if destination.device.type == "cuda" and source.device.type == "cpu":
+        destination.copy_(source.pin_memory(), non_blocking=True)
+    else:
+        destination.copy_(source)
 
 
 @phases.measured("readback")
