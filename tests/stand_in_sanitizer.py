@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
         if line.startswith(MARKER) and json.loads(line[len(MARKER):])["index"] in report_at:
             errors += 1
             print("========= Invalid __global__ read of size 4 bytes\n"
-                  "=========     at c128a_topk_kernel+0x1a0\n"
+                  "=========     at c128a_wide_rows_kernel+0x1a0\n"
                   "=========     by thread (5,0,0) in block (0,0,0)\n"
                   "=========     Address 0x7f0000000040 is out of bounds\n"
                   "=========", flush=True)

@@ -5,7 +5,8 @@ per row block and one program per block, so the GPU tile's 128-column loop,
 its per-tile writes of decode_lens and the persistent grid-stride loop would
 otherwise only ever run on a GPU. Here the same kernel is launched with the
 GPU tile, with a capped grid (several sweeps per program) and with short
-wide runs, and every build is checked against the oracle like any target.
+wide runs, one row a program, and every build is checked against the
+oracle like any target.
 """
 
 import functools
@@ -23,6 +24,11 @@ TILINGS = {
     "gpu tile, two persistent programs": dict(tile=(4, 128, 1024), max_programs=2),
     "one-token blocks, one program": dict(tile=(1, 128, 1024), max_programs=1),
     "256-column runs from W = 256": dict(tile=(4, 128, 256), max_programs=3),
+    # A small batch on a GPU: one row a program (every batch here, on the CPU too).
+    "single rows": dict(tile=(4, 128, 1024), single_rows_up_to=1 << 20),
+    "single rows, two persistent programs": dict(
+        tile=(4, 128, 1024), single_rows_up_to=1 << 20, max_programs=2
+    ),
     # The interpreter ignores the cap; on a GPU it is a different compile.
     "gpu tile, 32 registers a thread": dict(tile=(4, 128, 1024), max_registers=32),
 }

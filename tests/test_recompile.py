@@ -24,7 +24,7 @@ from c128a.step import Batch, build
 
 CAPACITY = 8192  # 1M context
 BLOCK_SIZE = 2
-ROWS = 320
+ROWS = 1024
 
 
 def _kernel_and_launch(name: str):
@@ -81,7 +81,9 @@ def compiled_variants_around_sweep(
     torch.cuda.synchronize(device)
     warmed = variants()
 
-    token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33)]
+    # (24, 1000): enough tokens for several rows a program below WIDE_W on any GPU
+    # (a small batch is written one row a program: a runtime choice, no variant)
+    token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33), (24, 1000)]
     for width in policy.reachable_widths(CAPACITY):
         for num_decode, num_prefill in token_counts:
             for table in tables:
@@ -104,24 +106,38 @@ def test_warmed_kernel_never_recompiles(c128a_device):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("first_width", [128, CAPACITY])
-def test_the_first_launch_compiles_both_warp_variants(first_width, c128a_device):
-    """Rows below WIDE_W and from it run with different warp counts (two
-    variants); whichever width comes first, its launch compiles both."""
+@pytest.mark.parametrize(
+    "first", [(128, 4, 4), (128, 24, 1000), (CAPACITY, 4, 4)],
+    ids=["single rows first", "row blocks first", "wide rows first"],
+)
+def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
+    """Three variants: row blocks and single rows (below WIDE_W, a large and
+    a small batch) and wide rows; whichever comes first, its launch compiles
+    all three, and the other two compile nothing more."""
     from c128a.kernels import adaptive
     from c128a.kernels.compiled import compiled_variant_count
 
-    assert adaptive.NUM_WARPS != adaptive.WIDE_NUM_WARPS
-    adaptive.c128a_topk_kernel.device_caches.clear()
-    adaptive._both_compiled.clear()
+    def compiled() -> dict:
+        return {f.__name__: compiled_variant_count(f, c128a_device) for f in adaptive.jit_functions}
+
+    multiprocessors = torch.cuda.get_device_properties(c128a_device).multi_processor_count
+    assert 24 + 1000 > adaptive.SINGLE_ROW_TOKENS_PER_SM * multiprocessors, (
+        "the large batch would be written in single rows on this GPU: make it larger"
+    )
+    for jit_function in adaptive.jit_functions:
+        jit_function.device_caches.clear()
+    adaptive._warmed.clear()
     pages = CAPACITY // BLOCK_SIZE
     table = torch.arange(64 * pages, dtype=torch.int32, device=c128a_device).view(64, pages)
     dense = torch.zeros(ROWS, CAPACITY, dtype=torch.int32, device=c128a_device)
     prefill = torch.zeros_like(dense)
-    for width in (first_width, 128 if first_width == CAPACITY else CAPACITY):
-        adaptive.launch(_launch_arguments(c128a_device, width, 4, 4, dense, prefill, table))
+    batches = [first] + [b for b in [(128, 4, 4), (128, 24, 1000), (CAPACITY, 4, 4)] if b != first]
+    for width, num_decode, num_prefill in batches:
+        adaptive.launch(_launch_arguments(
+            c128a_device, width, num_decode, num_prefill, dense, prefill, table
+        ))
         torch.cuda.synchronize(c128a_device)
-        assert compiled_variant_count(adaptive.c128a_topk_kernel, c128a_device) == 2
+        assert compiled() == {"c128a_row_blocks_kernel": 2, "c128a_wide_rows_kernel": 1}
 
 
 @pytest.mark.cuda
@@ -197,10 +213,13 @@ def specialisation_problems(jit_kernel, tile_constexprs: set[str]) -> list[str]:
 def test_every_runtime_scalar_is_unspecialised():
     from c128a.kernels import adaptive as kernel
 
-    scalars, constexprs, _ = _parameter_kinds(kernel.c128a_topk_kernel)
-    assert scalars == set(kernel.RUNTIME_SCALARS)
-    assert constexprs == {"BLOCK_T", "BLOCK_W", "WIDE_W"}
-    assert specialisation_problems(kernel.c128a_topk_kernel, {"BLOCK_T", "BLOCK_W", "WIDE_W"}) == []
+    tiles = {"row blocks": {"BLOCK_T", "BLOCK_W"}, "wide rows": {"WIDE_W"}}
+    kernels = {"row blocks": kernel.c128a_row_blocks_kernel, "wide rows": kernel.c128a_wide_rows_kernel}
+    for name, jit_kernel in kernels.items():
+        scalars, constexprs, _ = _parameter_kinds(jit_kernel)
+        assert scalars == set(kernel.RUNTIME_SCALARS[name]), name
+        assert constexprs == tiles[name], name
+        assert specialisation_problems(jit_kernel, tiles[name]) == [], name
 
 
 def test_baseline_kernel_specialises_on_nothing_from_the_batch():
@@ -270,5 +289,6 @@ def test_project_kernel_target_names_its_jit_functions():
     from c128a.kernels import adaptive
     from c128a.targets import load_target
 
-    assert load_target("triton").jit_functions == (adaptive.c128a_topk_kernel,)
-    assert load_target("triton-inert").jit_functions == (adaptive.c128a_topk_kernel,)
+    kernels = (adaptive.c128a_row_blocks_kernel, adaptive.c128a_wide_rows_kernel)
+    assert load_target("triton").jit_functions == kernels
+    assert load_target("triton-inert").jit_functions == kernels

@@ -1,17 +1,23 @@
-"""The adaptive-width Triton kernel.
+"""The adaptive-width Triton kernels.
 
 One launch writes every token's list at the active width W into buffers
 whose row stride stays at the capacity C. Work scales with T * W and no lane
-runs past W: below 1,024 columns programs write blocks of a few whole rows in
-128-column tiles (W is a multiple of 128), from 1,024 columns one program
-writes one 1,024-column run of one row. Every scalar that varies from step to
-step (width, token counts, strides) is excluded from Triton's specialisation
-key, and the choice between the two shapes is a runtime branch, so a
-warmed-up kernel never recompiles mid-inference; the tile sizes are the only
-compile-time constants and do not depend on the batch. The padding-row
-variant (``inert_padding``: a padding token's decode row all -1, target
-``triton-inert``) is a runtime flag too, so both variants share one compiled
-kernel.
+runs past W. Two Triton kernels share the work, chosen on the host by W:
+
+- below W = 1,024, :func:`c128a_row_blocks_kernel`: programs write blocks of
+  a few whole rows in 128-column tiles (W is a multiple of 128), a small
+  batch one row a program;
+- from W = 1,024, :func:`c128a_wide_rows_kernel`: one program writes one
+  decode row in 1,024-column steps, or one 1,024-column run of a prefill row.
+
+Every scalar that varies from step to step (width, token counts, strides,
+block size) is excluded from Triton's specialisation key, so a warmed-up
+kernel never recompiles mid-inference: the tile sizes are the only
+compile-time constants and do not depend on the batch, and the first launch
+compiles all three variants (row blocks, single rows, wide rows). The
+padding-row variant (``inert_padding``: a padding token's decode row all -1,
+target ``triton-inert``) is a runtime flag too, so both variants share the
+compiled kernels.
 
 Import this module only after choosing the device: on the CPU, Triton's
 interpreter must be switched on (``TRITON_INTERPRET=1``) before the kernel is
@@ -31,7 +37,7 @@ from ..contract import INERT, BuildArgs
 from .builder import row_strides, tensor_arguments, triton_builder
 from .compiled import interpreting
 
-RUNTIME_SCALARS = (
+ROW_BLOCK_SCALARS = (
     "num_tokens",
     "num_decode_tokens",
     "width",
@@ -42,6 +48,19 @@ RUNTIME_SCALARS = (
     "prefill_row_stride",
     "inert_padding",
 )
+WIDE_ROW_SCALARS = (
+    "num_decode_tokens",
+    "width",
+    "compress_ratio",
+    "block_size",
+    "block_shift",
+    "table_row_stride",
+    "decode_row_stride",
+    "prefill_row_stride",
+    "inert_padding",
+)
+RUNTIME_SCALARS = {"row blocks": ROW_BLOCK_SCALARS, "wide rows": WIDE_ROW_SCALARS}
+"""Each kernel's runtime scalars, all left out of Triton's specialisation key."""
 
 
 @triton.jit
@@ -118,68 +137,31 @@ def _write_tile(
         )
 
 
-@triton.jit
-def _write_run(
-    token, columns, length, num_decode_tokens, width, block_size, inverse_block_size,
-    token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr, decode_lens_ptr,
-    prefill_ptr, table_row_stride, decode_row_stride, prefill_row_stride, writes_lens,
+@triton.jit(do_not_specialize=ROW_BLOCK_SCALARS)
+def c128a_row_blocks_kernel(
+    positions_ptr,
+    token_to_req_ptr,
+    block_table_ptr,
+    slot_mapping_ptr,
+    decode_ptr,
+    decode_lens_ptr,
+    prefill_ptr,
+    num_tokens,
+    num_decode_tokens,
+    width,
+    compress_ratio,
+    block_size,
+    table_row_stride,
+    decode_row_stride,
+    prefill_row_stride,
     inert_padding,
+    BLOCK_T: tl.constexpr,
+    BLOCK_W: tl.constexpr,
 ):
-    # One run of one row, with scalar token values and one vector of columns:
-    # the wide rows' path, lean (fewer registers than a [tokens, columns] tile).
-    in_width = columns < width
-    if token < num_decode_tokens:
-        slot_id = tl.load(slot_mapping_ptr + token)
-        # An inert padding row has no active column: -1 up to W, no table read.
-        active_length = tl.where((slot_id < 0) & (inert_padding != 0), 0, length)
-        active = columns < active_length
-        request = tl.load(token_to_req_ptr + token).to(tl.int64)
-        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
-        # Block-table entries are read only for active columns.
-        pages = tl.load(block_table_ptr + request * table_row_stride + page_columns,
-                        mask=active, other=0)
-        tl.store(decode_ptr + token.to(tl.int64) * decode_row_stride + columns,
-                 tl.where(active, pages * block_size + offsets, -1), mask=in_width)
-        if writes_lens:
-            tl.store(decode_lens_ptr + token, tl.where(slot_id < 0, 0, length))
-    else:
-        row = (token - num_decode_tokens).to(tl.int64)
-        tl.store(prefill_ptr + row * prefill_row_stride + columns,
-                 tl.where(columns < length, columns, -1), mask=in_width)
-
-
-@triton.jit
-def _write_runs(
-    positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
-    decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
-    block_size, inverse_block_size, table_row_stride, decode_row_stride,
-    prefill_row_stride, inert_padding, WIDE_W: tl.constexpr,
-):
-    # One program per (token, run of WIDE_W columns): the grid has exactly
-    # T x ceil(W / WIDE_W) programs, so every program's token is real.
-    chunks = tl.cdiv(width, WIDE_W)
-    program = tl.program_id(0)
-    token = program // chunks
-    chunk = program - token * chunks
-    columns = chunk * WIDE_W + tl.arange(0, WIDE_W)
-    position = tl.load(positions_ptr + token)
-    length = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
-    _write_run(
-        token, columns, length, num_decode_tokens, width, block_size, inverse_block_size,
-        token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr, decode_lens_ptr,
-        prefill_ptr, table_row_stride, decode_row_stride, prefill_row_stride, chunk == 0,
-        inert_padding,
-    )
-
-
-@triton.jit
-def _write_row_blocks(
-    positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
-    decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
-    block_size, inverse_block_size, table_row_stride, decode_row_stride,
-    prefill_row_stride, inert_padding, BLOCK_T: tl.constexpr, BLOCK_W: tl.constexpr,
-):
-    # Programs stride over blocks of BLOCK_T tokens, BLOCK_W columns a tile.
+    # W < WIDE_W: programs stride over blocks of BLOCK_T tokens and write
+    # each row in BLOCK_W-column tiles, so no lane idles (W is a multiple of
+    # 128) and the rows in flight stay neighbours in memory.
+    inverse_block_size = 1.0 / block_size.to(tl.float32)
     num_blocks = tl.cdiv(num_tokens, BLOCK_T)
     step = tl.num_programs(0)
     block = tl.program_id(0)
@@ -207,8 +189,49 @@ def _write_row_blocks(
         positions = next_positions
 
 
-@triton.jit(do_not_specialize=RUNTIME_SCALARS)
-def c128a_topk_kernel(
+@triton.jit
+def _slot_ids(table_row, columns, active, block_size, block_shift, inverse_block_size):
+    # Slot id of each column: block-table entry * B + column % B, the entry
+    # read only where active. A power-of-two B (block_shift >= 0; every
+    # block size vLLM ships) takes a shift and a mask (decode 4,096 @ 128K on
+    # the H200: 6.8 against 7.5 us), any other B the float division: a
+    # runtime branch, both in the one compiled kernel.
+    if block_shift >= 0:
+        pages = tl.load(table_row + (columns >> block_shift), mask=active, other=0)
+        slots = pages * block_size + (columns & (block_size - 1))
+    else:
+        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
+        pages = tl.load(table_row + page_columns, mask=active, other=0)
+        slots = pages * block_size + offsets
+    return slots
+
+
+@triton.jit
+def _write_decode_row(
+    token, positions_ptr, width, compress_ratio, block_size, block_shift, inverse_block_size,
+    token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr, decode_lens_ptr,
+    table_row_stride, decode_row_stride, inert_padding, WIDE_W: tl.constexpr,
+):
+    # One whole decode row, WIDE_W columns a step: its position, request and
+    # slot are read once, and its block-table gathers follow one another
+    # (decode 4,096 @ 1M on the H200: 54.4 against 59.1 us a run a program).
+    position = tl.load(positions_ptr + token)
+    length = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
+    slot_id = tl.load(slot_mapping_ptr + token)
+    # An inert padding row has no active column: -1 up to W, no table read.
+    active_length = tl.where((slot_id < 0) & (inert_padding != 0), 0, length)
+    table_row = block_table_ptr + tl.load(token_to_req_ptr + token).to(tl.int64) * table_row_stride
+    out_row = decode_ptr + token.to(tl.int64) * decode_row_stride
+    for start in range(0, width, WIDE_W):
+        columns = start + tl.arange(0, WIDE_W)
+        active = columns < active_length
+        slots = _slot_ids(table_row, columns, active, block_size, block_shift, inverse_block_size)
+        tl.store(out_row + columns, tl.where(active, slots, -1), mask=columns < width)
+    tl.store(decode_lens_ptr + token, tl.where(slot_id < 0, 0, length))
+
+
+@triton.jit(do_not_specialize=WIDE_ROW_SCALARS)
+def c128a_wide_rows_kernel(
     positions_ptr,
     token_to_req_ptr,
     block_table_ptr,
@@ -216,42 +239,38 @@ def c128a_topk_kernel(
     decode_ptr,
     decode_lens_ptr,
     prefill_ptr,
-    num_tokens,
     num_decode_tokens,
     width,
     compress_ratio,
     block_size,
+    block_shift,
     table_row_stride,
     decode_row_stride,
     prefill_row_stride,
     inert_padding,
-    BLOCK_T: tl.constexpr,
-    BLOCK_W: tl.constexpr,
     WIDE_W: tl.constexpr,
 ):
-    # Two shapes of work in one compiled kernel, chosen by a runtime branch on
-    # W (a constexpr would compile one variant per width):
-    # - W >= WIDE_W: one program per (token, WIDE_W columns), so long rows are
-    #   written in long contiguous runs and each block-table gather has many
-    #   loads in flight;
-    # - W < WIDE_W: programs stride over blocks of BLOCK_T tokens and write
-    #   each row in BLOCK_W-column tiles, so no lane idles (W is a multiple of
-    #   128) and the rows in flight stay neighbours in memory.
-    inverse_block_size = 1.0 / block_size.to(tl.float32)
-    if width >= WIDE_W:
-        _write_runs(
-            positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
-            decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
-            block_size, inverse_block_size, table_row_stride, decode_row_stride,
-            prefill_row_stride, inert_padding, WIDE_W,
+    # W >= WIDE_W. The grid has exactly D + (T - D) x ceil(W / WIDE_W)
+    # programs: one per decode row, then one per (prefill row, run of WIDE_W
+    # columns), so every program's token is real and long rows are written
+    # in long contiguous runs.
+    program = tl.program_id(0)
+    if program < num_decode_tokens:
+        _write_decode_row(
+            program, positions_ptr, width, compress_ratio, block_size, block_shift,
+            1.0 / block_size.to(tl.float32), token_to_req_ptr, block_table_ptr,
+            slot_mapping_ptr, decode_ptr, decode_lens_ptr, table_row_stride,
+            decode_row_stride, inert_padding, WIDE_W,
         )
     else:
-        _write_row_blocks(
-            positions_ptr, token_to_req_ptr, block_table_ptr, slot_mapping_ptr, decode_ptr,
-            decode_lens_ptr, prefill_ptr, num_tokens, num_decode_tokens, width, compress_ratio,
-            block_size, inverse_block_size, table_row_stride, decode_row_stride,
-            prefill_row_stride, inert_padding, BLOCK_T, BLOCK_W,
-        )
+        chunks = tl.cdiv(width, WIDE_W)
+        run = program - num_decode_tokens
+        row = run // chunks
+        position = tl.load(positions_ptr + num_decode_tokens + row)
+        length = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
+        columns = (run - row * chunks) * WIDE_W + tl.arange(0, WIDE_W)
+        tl.store(prefill_ptr + row.to(tl.int64) * prefill_row_stride + columns,
+                 tl.where(columns < length, columns, -1), mask=columns < width)
 
 
 # (BLOCK_T, BLOCK_W, WIDE_W). The interpreter pays per program and per loop
@@ -259,21 +278,25 @@ def c128a_topk_kernel(
 # under the interpreter in tests/test_kernel_paths.py.
 GPU_TILE = (4, 128, 1024)
 INTERPRETER_TILE = (32, 1024, 1024)
-INTERPRETING = interpreting(c128a_topk_kernel)
+INTERPRETING = interpreting(c128a_row_blocks_kernel)
 TILE = INTERPRETER_TILE if INTERPRETING else GPU_TILE
-# Warps below and from WIDE_W: two compiled variants, both compiled by the
-# first launch (an engine's warm-up), so no width compiles anything later.
-# On the H200 (GPU time, one run of each): two warps are faster for row
-# blocks (prefill 8,192 at W = 256: 3.60 against 4.10 us), four for long
-# rows (decode 4,096 @ 1M at W = 8,192: 61.2 against 69.8 us; decode 512 @
-# 128K: 2.56 against 3.08 us).
+# Warps of the row blocks and of the wide rows. On the H200 (GPU time, one
+# run of each): two warps are faster for row blocks (prefill 8,192 at
+# W = 256: 3.60 against 4.10 us), four for long rows (decode 4,096 @ 1M at
+# W = 8,192: 61.2 against 69.8 us; decode 512 @ 128K: 2.56 against 3.08 us).
 NUM_WARPS = 2
 WIDE_NUM_WARPS = 4
 PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
+SINGLE_ROW_TOKENS_PER_SM = 4
+"""Below WIDE_W, a batch of at most this many tokens per multiprocessor is
+written one row a program, one warp each (more programs in flight; prefill
+512 at W = 256 on the H200: 1.56 against 1.74 us in blocks of four rows; at
+2,048 tokens blocks are faster, 2.02 against 2.52 us)."""
+SINGLE_ROW_NUM_WARPS = 1
 MAX_REGISTERS = None  # registers per thread: the compiler's choice
 
 _sm_counts: dict[int, int] = {}
-_both_compiled: set = set()  # launch configurations whose two warp variants are compiled
+_warmed: set = set()  # launch configurations whose three variants are compiled
 
 
 def _multiprocessors(device: torch.device) -> int:
@@ -293,59 +316,76 @@ def launch_tiled(
     max_registers: int | None = None,
     inert_padding: bool = False,
     wide_num_warps: int | None = None,
+    single_rows_up_to: int | None = None,
 ) -> None:
     """:func:`launch` with an explicit tile, warp counts and persistence (for
-    tuning). None of these depends on the batch. ``num_warps`` is for
-    widths below WIDE_W, ``wide_num_warps`` (``num_warps`` when None) from
-    it; when they differ, the first launch compiles both. ``max_programs`` caps the
-    persistent grid below WIDE_W on any device, so that tests can run its
-    grid-stride loop on the CPU; ``max_registers`` caps registers per thread
-    (Triton's ``maxnreg``; None leaves the choice to the compiler);
-    ``inert_padding`` writes padding tokens' decode rows all -1 (the
-    ``inert`` variant)."""
+    tuning). None of these depends on the batch. ``num_warps`` is for the
+    row blocks (W < WIDE_W), ``wide_num_warps`` (``num_warps`` when None)
+    for the wide rows; ``single_rows_up_to`` is the token count up to which
+    a batch below WIDE_W is written one row a program
+    (:data:`SINGLE_ROW_TOKENS_PER_SM` per multiprocessor on a GPU when None,
+    none on the CPU; 0: never). The first launch compiles every variant
+    these choose between. ``max_programs`` caps the persistent grid below
+    WIDE_W on any device, so that tests can run its grid-stride loop on the
+    CPU; ``max_registers`` caps registers per thread (Triton's ``maxnreg``;
+    None leaves the choice to the compiler); ``inert_padding`` writes
+    padding tokens' decode rows all -1 (the ``inert`` variant)."""
     num_tokens = args.num_tokens
     width = args.max_compressed_tokens
     if num_tokens == 0:
         return
     block_t, block_w, wide_w = tile
+    num_decode = args.num_decode_tokens
+    device = args.positions.device
+    on_gpu = device.type == "cuda"
+    if single_rows_up_to is None:
+        single_rows_up_to = SINGLE_ROW_TOKENS_PER_SM * _multiprocessors(device) if on_gpu else 0
+    tensors, strides = tensor_arguments(args), row_strides(args)
+    ratio, block_size, inert = args.compress_ratio, args.block_size, int(inert_padding)
+    # Only when set: a fixed cap is one more compile option, not a variant per batch.
+    cap = {"maxnreg": max_registers} if max_registers else {}
+
+    def variant(name: str) -> tuple:
+        """(kernel, arguments, compile options) of one variant; built for the
+        chosen one alone on most steps (this runs on every step)."""
+        if name == "wide rows":
+            # log2(B) for a power of two (shifts in the kernel), else -1
+            shift = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
+            warps = num_warps if wide_num_warps is None else wide_num_warps
+            return c128a_wide_rows_kernel, (
+                *tensors, num_decode, width, ratio, block_size, shift, *strides, inert
+            ), {"WIDE_W": wide_w, "num_warps": warps, **cap}
+        rows, warps = (1, SINGLE_ROW_NUM_WARPS) if name == "single rows" else (block_t, num_warps)
+        return c128a_row_blocks_kernel, (
+            *tensors, num_tokens, num_decode, width, ratio, block_size, *strides, inert
+        ), {"BLOCK_T": rows, "BLOCK_W": block_w, "num_warps": warps, **cap}
+
     # Plain integer ceilings: this runs on every step, and triton.cdiv (a
     # constexpr function) costs microseconds of host time a call.
     if width >= wide_w:
-        programs = num_tokens * -(-width // wide_w)
+        chosen = "wide rows"
+        programs = num_decode + (num_tokens - num_decode) * -(-width // wide_w)
     else:
-        programs = -(-num_tokens // block_t)
-        device = args.positions.device
-        if programs_per_sm and device.type == "cuda":
+        single = num_tokens <= single_rows_up_to
+        chosen = "single rows" if single else "row blocks"
+        programs = num_tokens if single else -(-num_tokens // block_t)
+        if programs_per_sm and on_gpu:
             programs = min(programs, programs_per_sm * _multiprocessors(device))
         if max_programs:
             programs = min(programs, max_programs)
-    kernel_args = (
-        *tensor_arguments(args),
-        num_tokens,
-        args.num_decode_tokens,
-        width,
-        args.compress_ratio,
-        args.block_size,
-        *row_strides(args),
-        int(inert_padding),
-    )
-    options = {
-        "BLOCK_T": block_t,
-        "BLOCK_W": block_w,
-        "WIDE_W": wide_w,
-        # Only when set: a fixed cap is one more compile option, not a variant per batch.
-        **({"maxnreg": max_registers} if max_registers else {}),
-    }
-    wide_num_warps = num_warps if wide_num_warps is None else wide_num_warps
-    warps, other = (wide_num_warps, num_warps) if width >= wide_w else (num_warps, wide_num_warps)
-    if other != warps and not INTERPRETING:
-        key = (args.positions.device, tile, num_warps, wide_num_warps, max_registers)
-        if key not in _both_compiled:
-            # The first launch compiles the other path's variant too (without
-            # running it), so that a later width never compiles mid-inference.
-            c128a_topk_kernel.warmup(*kernel_args, grid=(1,), num_warps=other, **options)
-            _both_compiled.add(key)
-    c128a_topk_kernel[(programs,)](*kernel_args, num_warps=warps, **options)
+    if not INTERPRETING:
+        key = (device, tile, num_warps, wide_num_warps, max_registers, single_rows_up_to > 0)
+        if key not in _warmed:
+            # The first launch compiles the other variants too (without
+            # running them), so that a later batch never compiles mid-inference.
+            names = ("wide rows", "row blocks") + (("single rows",) if single_rows_up_to else ())
+            for name in names:
+                if name != chosen:
+                    kernel, kernel_args, options = variant(name)
+                    kernel.warmup(*kernel_args, grid=(1,), **options)
+            _warmed.add(key)
+    kernel, kernel_args, options = variant(chosen)
+    kernel[(programs,)](*kernel_args, **options)
 
 
 def launch(args: BuildArgs, inert_padding: bool = False) -> None:
@@ -361,7 +401,7 @@ def launch(args: BuildArgs, inert_padding: bool = False) -> None:
     )
 
 
-jit_functions = (c128a_topk_kernel,)
+jit_functions = (c128a_row_blocks_kernel, c128a_wide_rows_kernel)
 """The Triton functions this target launches (the recompile check counts their variants)."""
 
 build_c128a_topk_metadata = triton_builder(launch)

@@ -370,7 +370,7 @@ def compiled_registers(device: torch.device, release: ReleaseKernel | None = Non
     """Registers per thread of each compiled variant of the project's, the
     baseline's (and the release's) kernels (occupancy explains some of their
     differences)."""
-    kernels = {PROJECT: [adaptive.c128a_topk_kernel], BASELINE: [baseline.baseline_topk_kernel]}
+    kernels = {PROJECT: list(adaptive.jit_functions), BASELINE: [baseline.baseline_topk_kernel]}
     if release is not None:
         kernels[VLLM] = list(release.jit_functions)
     return {
@@ -470,6 +470,7 @@ def run_benchmark(args, device: torch.device, tiles, release: ReleaseKernel | No
         "project_num_warps": adaptive.NUM_WARPS,
         "project_wide_num_warps": adaptive.WIDE_NUM_WARPS,
         "project_programs_per_sm": adaptive.PROGRAMS_PER_SM,
+        "project_single_row_tokens_per_sm": adaptive.SINGLE_ROW_TOKENS_PER_SM,
         "project_max_registers": adaptive.MAX_REGISTERS,
         "kernels": [k for k in KERNELS if k in kernels],
         "vllm_release": None if release is None else release.describe(),
