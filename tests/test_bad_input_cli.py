@@ -126,10 +126,13 @@ def test_replay_exit_status_says_passes_fails_or_cannot_replay(tmp_path, capsys,
         ("garbage!!!", "Invalid base64"),
         ("AXicY2BgAAAABAAB", "Invalid zlib"),
         ("AXic\u00e9t\u00e9", "not base64 text"),
+        # Well formed, but no choices: the test runs out of them at its first draw.
+        ("AA==", "The shape of the test data has changed"),
     ],
 )
 def test_a_garbage_blob_without_inputs_cannot_replay(tmp_path, capsys, c128a_device, blob, reason):
-    """A case with a garbage reproduce_blob and no batch exits 2 with the reason, never a verdict."""
+    """A case with a garbage reproduce_blob, or one that does not fit the test,
+    and no batch exits 2 with the reason, never a verdict."""
     case = make_case(property="matches_oracle", target="reference", batch=None, reproduce_blob=blob)
     path, _ = cases.write_case(case, tmp_path)
     assert replay(c128a_device, path) == EXIT_USAGE

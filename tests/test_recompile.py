@@ -81,8 +81,8 @@ def compiled_variants_around_sweep(
     torch.cuda.synchronize(device)
     warmed = variants()
 
-    # (24, 1000): enough tokens for several rows a program below WIDE_W on any GPU
-    # (a small batch is written one row a program: a runtime choice, no variant)
+    # (24, 1000): enough tokens for row blocks below WIDE_W on a GPU of fewer than
+    # 256 multiprocessors; the smaller counts are written one row a program
     token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33), (24, 1000)]
     for width in policy.reachable_widths(CAPACITY):
         for num_decode, num_prefill in token_counts:

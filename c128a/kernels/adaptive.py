@@ -13,8 +13,9 @@ runs past W. Two Triton kernels share the work, chosen on the host by W:
 Every scalar that varies from step to step (width, token counts, strides,
 block size) is excluded from Triton's specialisation key, so a warmed-up
 kernel never recompiles mid-inference: the tile sizes are the only
-compile-time constants and do not depend on the batch, and the first launch
-compiles all three variants (row blocks, single rows, wide rows). The
+compile-time constants and do not depend on the batch, and on a GPU the
+first launch compiles all three variants (row blocks, single rows, wide
+rows). The
 padding-row variant (``inert_padding``: a padding token's decode row all -1,
 target ``triton-inert``) is a runtime flag too, so both variants share the
 compiled kernels.

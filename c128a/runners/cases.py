@@ -360,21 +360,33 @@ def _blob_problem(case: Case) -> str | None:
 
 
 def _bad_blob(exc: BaseException | None) -> Outcome | None:
-    """A blob Hypothesis refuses (not base64, or not this test's choices)."""
-    if isinstance(exc, HypothesisInvalidArgument):
+    """A blob Hypothesis refuses (not base64, or not this test's choices), or
+    one it could not run to its end (too few choices for this test, or an
+    assumption it fails): either way the replay proves nothing."""
+    if isinstance(exc, (HypothesisInvalidArgument, DidNotReproduce)):
         return Outcome(CANNOT_REPLAY, f"the reproduce_blob cannot drive this test: {exc}")
     return None
 
 
-def _run_pinned(run) -> tuple[BaseException | None, str]:
-    """Run a test pinned to a reproduce blob: (what it raised, what it printed);
-    DidNotReproduce (the failure is gone) comes back as None."""
+PASSED_MESSAGE = "completed successfully"
+"""What Hypothesis's DidNotReproduce says when the pinned example ran to its
+end and passed; its other DidNotReproduce errors say the blob did not fit."""
+
+
+def _run_pinned(run, *, steps: bool = False) -> tuple[BaseException | None, str]:
+    """Run a test pinned to a reproduce blob: (what it raised, what it printed).
+    DidNotReproduce because the example passed (the failure is gone) comes
+    back as None; because the blob did not fit the test (it ran out of
+    choices, or an assumption failed), as itself, except for a state machine
+    (``steps``): a fixed target runs past the recorded failing step and out
+    of the recorded choices, so there it is None too and the caller compares
+    the steps replayed with those recorded."""
     printed = io.StringIO()  # Hypothesis prints the steps as it replays them
     try:
         with contextlib.redirect_stdout(printed):
             run()
-    except DidNotReproduce:
-        return None, printed.getvalue()
+    except DidNotReproduce as exc:
+        return (None if steps or PASSED_MESSAGE in str(exc) else exc), printed.getvalue()
     except Exception as exc:  # noqa: BLE001 - any error is the failure being replayed
         return exc, printed.getvalue()
     return None, printed.getvalue()
@@ -393,7 +405,8 @@ def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
     pinned = type(machine.__name__, (machine,), {})
     reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
     exc, printed = _run_pinned(
-        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None))
+        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None)),
+        steps=True,
     )
     if (refused := _bad_blob(exc)) is not None:
         return refused
