@@ -370,7 +370,10 @@ def _bad_blob(exc: BaseException | None) -> Outcome | None:
 
 PASSED_MESSAGE = "completed successfully"
 """What Hypothesis's DidNotReproduce says when the pinned example ran to its
-end and passed; its other DidNotReproduce errors say the blob did not fit."""
+end and passed; its other DidNotReproduce errors say the blob did not fit.
+Should a Hypothesis release reword it, a pass reads as cannot-replay, never
+a misfit as a pass (test_target_policy_raising_is_a_failure_with_its_blob
+replays a fixed target from a blob and would fail)."""
 
 
 def _run_pinned(run, *, steps: bool = False) -> tuple[BaseException | None, str]:
