@@ -15,10 +15,9 @@ block size) is excluded from Triton's specialisation key, so a warmed-up
 kernel never recompiles mid-inference: the tile sizes are the only
 compile-time constants and do not depend on the batch, and on a GPU the
 first launch compiles all three variants (row blocks, single rows, wide
-rows). The
-padding-row variant (``inert_padding``: a padding token's decode row all -1,
-target ``triton-inert``) is a runtime flag too, so both variants share the
-compiled kernels.
+rows). The padding-row variant (``inert_padding``: a padding token's decode
+row all -1, target ``triton-inert``) is a runtime flag too, so both
+variants share the compiled kernels.
 
 Import this module only after choosing the device: on the CPU, Triton's
 interpreter must be switched on (``TRITON_INTERPRET=1``) before the kernel is
@@ -78,6 +77,23 @@ def _divmod_small(x, divisor, inverse):
 
 
 @triton.jit
+def _slot_ids(table_row, columns, active, block_size, block_shift, inverse_block_size):
+    # Slot id of each column: block-table entry * B + column % B, the entry
+    # read only where active. A power-of-two B (block_shift >= 0; every
+    # block size vLLM ships) takes a shift and a mask (decode 4,096 @ 128K on
+    # the H200: 6.8 against 7.5 us), any other B the float division: a
+    # runtime branch, both in the one compiled kernel.
+    if block_shift >= 0:
+        pages = tl.load(table_row + (columns >> block_shift), mask=active, other=0)
+        slots = pages * block_size + (columns & (block_size - 1))
+    else:
+        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
+        pages = tl.load(table_row + page_columns, mask=active, other=0)
+        slots = pages * block_size + offsets
+    return slots
+
+
+@triton.jit
 def _write_tile(
     tokens,
     columns,
@@ -113,16 +129,14 @@ def _write_tile(
             slot_ids = tl.load(slot_mapping_ptr + tokens, mask=is_decode, other=0)
             decode_active = active & (slot_ids >= 0)[:, None]
         requests = tl.load(token_to_req_ptr + tokens, mask=is_decode, other=0).to(tl.int64)
-        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
-        # Block-table entries are read only for active columns.
-        pages = tl.load(
-            block_table_ptr + requests[:, None] * table_row_stride + page_columns[None, :],
-            mask=is_decode[:, None] & decode_active,
-            other=0,
+        # No shift (block_shift -1): the float division, as these rows were tuned with.
+        slots = _slot_ids(
+            block_table_ptr + requests[:, None] * table_row_stride, columns[None, :],
+            is_decode[:, None] & decode_active, block_size, -1, inverse_block_size,
         )
         tl.store(
             decode_ptr + tokens.to(tl.int64)[:, None] * decode_row_stride + columns[None, :],
-            tl.where(decode_active, pages * block_size + offsets[None, :], -1),
+            tl.where(decode_active, slots, -1),
             mask=is_decode[:, None] & in_width[None, :],
         )
         if writes_lens:
@@ -188,23 +202,6 @@ def c128a_row_blocks_kernel(
         block += step
         tokens = next_tokens
         positions = next_positions
-
-
-@triton.jit
-def _slot_ids(table_row, columns, active, block_size, block_shift, inverse_block_size):
-    # Slot id of each column: block-table entry * B + column % B, the entry
-    # read only where active. A power-of-two B (block_shift >= 0; every
-    # block size vLLM ships) takes a shift and a mask (decode 4,096 @ 128K on
-    # the H200: 6.8 against 7.5 us), any other B the float division: a
-    # runtime branch, both in the one compiled kernel.
-    if block_shift >= 0:
-        pages = tl.load(table_row + (columns >> block_shift), mask=active, other=0)
-        slots = pages * block_size + (columns & (block_size - 1))
-    else:
-        page_columns, offsets = _divmod_small(columns, block_size, inverse_block_size)
-        pages = tl.load(table_row + page_columns, mask=active, other=0)
-        slots = pages * block_size + offsets
-    return slots
 
 
 @triton.jit
