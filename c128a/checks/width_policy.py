@@ -30,8 +30,7 @@ def contract_capacity(max_model_len: int, compress_ratio: int = COMPRESS_RATIO) 
 
 def contract_width(max_seq_len: int, compress_ratio: int, capacity: int) -> int:
     """The contract's W = min(max(next_power_of_2(max(max_seq_len // R, 1)), 128), C)."""
-    needed = max(max_seq_len // compress_ratio, 1)
-    return min(max(1 << (needed - 1).bit_length(), WIDTH_ALIGNMENT), capacity)
+    return _contract_widths([max_seq_len], compress_ratio, capacity)[0]
 
 
 def _policy_samples(max_model_len: int, ratio: int) -> list[int]:
@@ -48,7 +47,7 @@ def _policy_samples(max_model_len: int, ratio: int) -> list[int]:
 
 
 def _contract_widths(samples: list[int], ratio: int, capacity: int) -> list[int]:
-    """:func:`contract_width` of every sample, at once."""
+    """:func:`contract_width` of every sample, at once (a sweep has thousands)."""
     needed = np.maximum(np.asarray(samples, dtype=np.int64) // ratio, 1)
     # frexp's exponent of needed - 1 is its bit length (exact below 2**53)
     _, bits = np.frexp((needed - 1).astype(np.float64))
@@ -109,7 +108,7 @@ def check_width_policy(
         options = {"batch_invariant": False} if keyword else {}
         return target.active_topk_width(max_seq_len, compress_ratio, capacity, **options)
 
-    def width_ok(max_seq_len: int, width) -> str | None:
+    def width_ok(max_seq_len: int, width, expected: int) -> str | None:
         if not isinstance(width, int) or isinstance(width, bool):
             return f"W={width!r} is not an int"
         if width % WIDTH_ALIGNMENT or width <= 0:
@@ -118,7 +117,6 @@ def check_width_policy(
             return f"W={width} < max_seq_len // R = {max_seq_len // compress_ratio}: lists are cut"
         if width > capacity:
             return f"W={width} > capacity={capacity}"
-        expected = contract_width(max_seq_len, compress_ratio, capacity)
         if width != expected:
             return (
                 f"W={width}, but min(max(next_power_of_2(max(max_seq_len // R, 1)), 128), C) "
@@ -131,15 +129,14 @@ def check_width_policy(
     # The sweep has thousands of samples: where every W is the contract's
     # (a plain int equal to the formula, which has every other property
     # below), the first problem need not be looked for one sample at a time.
-    if {type(width) for width in widths} <= {int} and widths == _contract_widths(
-        samples, compress_ratio, capacity
-    ):
+    expected = _contract_widths(samples, compress_ratio, capacity)
+    if {type(width) for width in widths} <= {int} and widths == expected:
         samples, seen = (), set(widths)
     else:
         seen = set()  # filled as the samples pass (a W may be unhashable)
     previous = None
-    for max_seq_len, width in zip(samples, widths):
-        problem = width_ok(max_seq_len, width)
+    for max_seq_len, width, want in zip(samples, widths, expected):
+        problem = width_ok(max_seq_len, width, want)
         if problem:
             raise InvariantViolation(name, f"max_seq_len={max_seq_len}: {problem}; {where}")
         if previous is not None and width < previous[1]:
@@ -169,7 +166,8 @@ def check_width_policy(
                 f"capture edge max_seq_len={max_seq_len}: raised {type(exc).__name__}: "
                 f"{exc} instead of a width or a ValueError; {where}",
             ) from exc
-        problem = width_ok(max_seq_len, width)
+        want = contract_width(max_seq_len, compress_ratio, capacity)
+        problem = width_ok(max_seq_len, width, want)
         if problem:
             raise InvariantViolation(
                 name, f"capture edge max_seq_len={max_seq_len}: {problem}; {where}"

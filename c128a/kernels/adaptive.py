@@ -218,7 +218,8 @@ def _write_decode_row(
     slot_id = tl.load(slot_mapping_ptr + token)
     # An inert padding row has no active column: -1 up to W, no table read.
     active_length = tl.where((slot_id < 0) & (inert_padding != 0), 0, length)
-    table_row = block_table_ptr + tl.load(token_to_req_ptr + token).to(tl.int64) * table_row_stride
+    request = tl.load(token_to_req_ptr + token).to(tl.int64)
+    table_row = block_table_ptr + request * table_row_stride
     out_row = decode_ptr + token.to(tl.int64) * decode_row_stride
     for start in range(0, width, WIDE_W):
         columns = start + tl.arange(0, WIDE_W)
