@@ -142,6 +142,7 @@ def test_a_garbage_blob_without_inputs_cannot_replay(tmp_path, capsys, c128a_dev
 
 
 @pytest.mark.parametrize("prop", ["matches_oracle", cases.SERVING_LOOP])
+@pytest.mark.slow
 def test_a_crash_case_with_nothing_to_replay_from_exits_2(tmp_path, capsys, c128a_device, prop):
     """A crash case with no batch, blob or seed exits 2 (through its child process) with the reason."""
     case = make_case(property=prop, target="reference", kind="crash", batch=None,
@@ -261,6 +262,7 @@ def test_replay_never_imports_a_module_only_the_case_names(tmp_path, capsys, mon
 @pytest.mark.parametrize(
     "attr, death", [("exits", "its child process exited 9"), ("segfaults", "its child process died of SIGSEGV")]
 )
+@pytest.mark.slow
 def test_a_crash_case_that_crashes_again_is_reported_and_the_next_file_runs(
     tmp_path, capsys, c128a_device, standin, attr, death
 ):
@@ -276,6 +278,7 @@ def test_a_crash_case_that_crashes_again_is_reported_and_the_next_file_runs(
     assert "result:   PASSES now" in out.split("STILL CRASHES")[1]
 
 
+@pytest.mark.slow
 def test_a_hang_case_that_hangs_again_is_killed_at_the_timeout(tmp_path, capsys, c128a_device,
                                                                 standin):
     """A hang case whose target hangs again is killed at --timeout and reported (exit 1)."""

@@ -297,6 +297,7 @@ def test_a_release_whose_builder_names_no_launcher_is_a_usage_error(
     assert "names not exactly one launcher object" in err and "found: none" in err
 
 
+@pytest.mark.slow
 def test_bare_launch_binds_the_builder_arguments_by_name(
     bench, tmp_path, cache, monkeypatch, c128a_device
 ):
@@ -359,6 +360,7 @@ def test_the_real_release_bare_launch_matches_the_oracle(bench, c128a_device):
 
 
 @pytest.mark.parametrize("which", ["stand-in", "real"])
+@pytest.mark.slow
 def test_the_timing_loop_with_fake_clocks(bench, which, tmp_path, monkeypatch, capsys, request,
                                           c128a_device):
     """run_benchmark end to end on one tiny shape, its clocks replaced (each

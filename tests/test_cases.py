@@ -186,6 +186,7 @@ def test_replay_command_runs_the_other_files_past_a_malformed_one(tmp_path, caps
     assert "PASSES now" in captured.out
 
 
+@pytest.mark.slow
 def test_regression_tests_isolate_a_malformed_file(pytester):
     """tests/test_regressions.py on a folder with one good and one broken case."""
     source = (Path(__file__).parent / "test_regressions.py").read_text()

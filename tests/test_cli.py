@@ -25,6 +25,7 @@ def fuzz(tmp_path, device, *options) -> int:
     ])
 
 
+@pytest.mark.slow
 def test_fuzz_exit_statuses(tmp_path, capsys, c128a_device):
     assert fuzz(tmp_path, c128a_device, "--target", "reference", "--only", "views",
                 "--max-examples", "4") == EXIT_OK
@@ -37,6 +38,7 @@ def test_fuzz_exit_statuses(tmp_path, capsys, c128a_device):
     assert "cannot import module 'no_such_module_c128a'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_replay_exit_statuses(tmp_path, capsys, c128a_device):
     assert fuzz(tmp_path, c128a_device, "--target", MUTANT, "--only", "matches_oracle",
                 "--max-examples", "200", "--exitfirst") == EXIT_FAILED

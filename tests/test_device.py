@@ -22,6 +22,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cpu_after_kernel_import_without_interpreter_is_refused():
     result = _python(
         "import c128a.kernels.adaptive\n"
@@ -32,6 +33,7 @@ def test_cpu_after_kernel_import_without_interpreter_is_refused():
     assert "c128a.kernels was already imported" in result.stdout
 
 
+@pytest.mark.slow
 def test_cpu_sets_interpreter_before_kernel_import():
     result = _python(
         "from c128a.targets import use_device\n"

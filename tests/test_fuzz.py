@@ -169,6 +169,7 @@ def make_config(tmp_path: Path, **overrides) -> fuzz.FuzzConfig:
     return fuzz.FuzzConfig(**values)
 
 
+@pytest.mark.slow
 def test_clean_run_reports_counts_coverage_and_versions(tmp_path):
     report = fuzz.run_fuzz(make_config(tmp_path, workers=2, max_examples=40))
     assert report["exit_status"] == 0, report
@@ -258,6 +259,7 @@ def test_crashed_worker_is_restarted_and_its_input_kept(tmp_path, monkeypatch):
     assert case.batch is not None
 
 
+@pytest.mark.slow
 def test_cuda_fault_ends_the_worker_at_once_and_keeps_the_faulting_input(tmp_path, monkeypatch):
     monkeypatch.setenv(PLANT_ENV, str(tmp_path / "planted"))
     report = fuzz.run_fuzz(make_config(tmp_path, only=("cuda_fault_once",), max_examples=20))
@@ -269,6 +271,7 @@ def test_cuda_fault_ends_the_worker_at_once_and_keeps_the_faulting_input(tmp_pat
     assert "CUDA fault" in case.failure and "illegal memory access" in case.failure
 
 
+@pytest.mark.slow
 def test_hung_worker_is_killed_restarted_and_its_input_kept(tmp_path, monkeypatch):
     monkeypatch.setenv(PLANT_ENV, str(tmp_path / "planted"))
     report = fuzz.run_fuzz(
@@ -282,6 +285,7 @@ def test_hung_worker_is_killed_restarted_and_its_input_kept(tmp_path, monkeypatc
     assert case.kind == "hang" and "--example-timeout" in case.failure
 
 
+@pytest.mark.slow
 def test_command_line_run_against_a_real_mutant_then_replay(tmp_path, capsys, c128a_device):
     """The whole loop with the real properties: fuzz a mutant, save, replay, fix."""
     status = cli.main([

@@ -30,8 +30,11 @@ from c128a.runners.fuzz import supervisor
 from fault_targets import CASES_DIR_ENV, FAULT_PROPERTIES, policy_raises, slow_failing
 from test_fuzz import MACHINE_SPEC, make_config, standin_machine
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
-                                reason="follows processes through /proc (Linux)")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(),
+                       reason="follows processes through /proc (Linux)"),
+    pytest.mark.slow,  # each runs real fuzz processes, most until a signal or deadline
+]
 
 TESTS = Path(__file__).parent
 FAULTS_SPEC = "fault_targets:FAULT_PROPERTIES"
@@ -245,7 +248,7 @@ def test_failure_still_shrinking_when_the_deadline_grace_ends_is_saved(tmp_path,
     monkeypatch.setattr(supervisor, "STOP_GRACE_S", 1.0)
     monkeypatch.syspath_prepend(str(TESTS))
     config = make_config(tmp_path, target="fault_targets:slow_failing", max_examples=None,
-                         minutes=0.2, example_timeout=3.0, properties=FAULTS_SPEC)
+                         minutes=0.35, example_timeout=3.0, properties=FAULTS_SPEC)
     report = fuzz.run_fuzz(config)
     assert report["exit_status"] == 1 and report["status"] == "failures", report
     assert report["per_worker"][0]["state"] == "killed at stop"
@@ -499,8 +502,10 @@ def test_hung_test_fails_by_name_and_the_run_goes_on(pytester):
         def test_after_it():
             pass
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "1", "-p", "xdist",
-                                           timeout=120)
+    # Without the suite's plugin: what is tested is pytest-timeout under
+    # xdist, and the plugin would import torch in both child processes.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:c128a.plugin.pytest_plugin",
+                                           "-n", "1", "-p", "xdist", timeout=120)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_never_returns*"])
     assert "Timeout" in result.stdout.str() + result.stderr.str()

@@ -103,6 +103,7 @@ def test_split_folds_phases_into_buckets_and_supervision_is_the_rest():
     assert phases.shares(dict.fromkeys(phases.BUCKETS, 0.0)) == dict.fromkeys(phases.BUCKETS, 0.0)
 
 
+@pytest.mark.slow
 def test_a_short_real_run_reports_where_each_workers_time_went(tmp_path, capsys, c128a_device):
     """Two workers, real properties (the serving loop included), the reference
     target on the CPU: every bucket present and the buckets add up to each

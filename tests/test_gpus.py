@@ -68,6 +68,7 @@ def test_an_empty_visible_list_means_no_gpu():
     assert gpus.visible_gpu_count({"CUDA_VISIBLE_DEVICES": ""}) == 0
 
 
+@pytest.mark.slow
 def test_counting_gpus_creates_no_cuda_context():
     code = (
         "import torch\n"
@@ -82,6 +83,7 @@ def test_counting_gpus_creates_no_cuda_context():
 
 
 @pytest.mark.cuda
+@pytest.mark.slow
 def test_a_pinned_process_sees_exactly_its_gpu():
     import torch
 

@@ -120,6 +120,7 @@ def test_probe(c128a_target, c128a_padding_rows_override):
           "*HELD reference-inert inert None*"]),
     ],
 )
+@pytest.mark.slow
 def test_plugin_option_and_header(pytester, monkeypatch, options, env, lines):
     if env:
         monkeypatch.setenv(PADDING_ROWS_ENV, env)
@@ -129,6 +130,7 @@ def test_plugin_option_and_header(pytester, monkeypatch, options, env, lines):
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_plugin_refuses_an_unknown_variant(pytester, monkeypatch):
     pytester.makepyfile(PROBE)
     result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-padding-rows=blank")
@@ -291,6 +293,7 @@ def test_the_inert_padding_diff_names_the_row_its_slot_and_the_slot_id(c128a_dev
 # ---------------------------------------------------------------- replay harness
 
 
+@pytest.mark.slow
 def test_replay_harness_reads_the_oracle_consumer_of_the_variant(c128a_device):
     from c128a.replay import ReplayHarness
 
@@ -352,6 +355,7 @@ def test_replay_holds_the_target_to_the_recorded_variant(c128a_device):
     assert cases.replay_case(_case(), reference, c128a_device).passed  # no variant recorded
 
 
+@pytest.mark.slow
 def test_fuzz_records_the_variant_and_replay_reports_it(tmp_path, capsys, c128a_device):
     assert cli.main([
         "fuzz", "--device", c128a_device.type, "--workers", "1", "--no-stateful", "--no-live",

@@ -26,6 +26,7 @@ def test_header_says_why_a_target_is_unavailable():
     assert "UNAVAILABLE" in line and "No module named 'vllm'" in line
 
 
+@pytest.mark.slow
 def test_option_beats_environment_in_header(pytester, monkeypatch):
     monkeypatch.setenv("C128A_TARGET", "triton")
     pytester.makepyfile(PROBE)
@@ -36,6 +37,7 @@ def test_option_beats_environment_in_header(pytester, monkeypatch):
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_environment_target_in_header(pytester, monkeypatch):
     monkeypatch.setenv("C128A_TARGET", "reference")
     pytester.makepyfile(PROBE)
@@ -44,6 +46,7 @@ def test_environment_target_in_header(pytester, monkeypatch):
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_bad_target_is_a_usage_error(pytester):
     pytester.makepyfile(PROBE)
     result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=no_such_mod:x")
@@ -51,6 +54,7 @@ def test_bad_target_is_a_usage_error(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+@pytest.mark.slow
 def test_unavailable_vllm_skips_with_the_import_error(pytester):
     pytester.makepyfile(PROBE)
     result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=vllm", "-rs")
@@ -58,6 +62,7 @@ def test_unavailable_vllm_skips_with_the_import_error(pytester):
     result.assert_outcomes(skipped=1)
 
 
+@pytest.mark.slow
 def test_cuda_marker_skips_on_cpu_with_reason(pytester):
     pytester.makepyfile(
         """
@@ -73,6 +78,7 @@ def test_cuda_marker_skips_on_cpu_with_reason(pytester):
     result.assert_outcomes(skipped=1)
 
 
+@pytest.mark.slow
 def test_ci_environment_selects_ci_profile(pytester, monkeypatch):
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(
@@ -89,6 +95,7 @@ def test_ci_environment_selects_ci_profile(pytester, monkeypatch):
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_explicit_profile_wins(pytester, monkeypatch):
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(
@@ -104,6 +111,7 @@ def test_explicit_profile_wins(pytester, monkeypatch):
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_cuda_device_without_gpu_is_a_usage_error(pytester):
     import torch
 

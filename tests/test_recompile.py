@@ -160,6 +160,7 @@ def test_inert_padding_flag_shares_the_warmed_variant(c128a_device):
 
 
 @pytest.mark.cuda
+@pytest.mark.slow
 def test_width_specialised_mutant_is_caught_by_compile_counting(c128a_device):
     warmed, after = compiled_variants_around_sweep(
         *_kernel_and_launch("width_specialised"), c128a_device

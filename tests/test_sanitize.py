@@ -88,6 +88,7 @@ def test_parse_output_calls_an_unexplained_exit_an_error():
 # ---------------------------------------------------------------- the plumbing, on the CPU
 
 
+@pytest.mark.slow
 def test_a_clean_run_builds_every_step_at_both_widths(stand_in, c128a_device):
     run = sanitizer.run_sanitizer("memcheck", "triton", batches=[STALE.to_json()], examples=3,
                                   sanitizer=stand_in, device=c128a_device.type)
@@ -96,6 +97,7 @@ def test_a_clean_run_builds_every_step_at_both_widths(stand_in, c128a_device):
     assert 4 <= run.steps <= 8 and run.summary == "ERROR SUMMARY: 0 errors"
 
 
+@pytest.mark.slow
 def test_a_report_becomes_a_finding_of_its_step(stand_in, monkeypatch, c128a_device):
     monkeypatch.setenv("STAND_IN_REPORT_AT", "1")
     run = sanitizer.run_sanitizer("memcheck", "triton", batches=[STALE.to_json()],
@@ -106,6 +108,7 @@ def test_a_report_becomes_a_finding_of_its_step(stand_in, monkeypatch, c128a_dev
     assert not run.errors
 
 
+@pytest.mark.slow
 def test_a_wrong_value_is_a_finding_too(stand_in, c128a_device):
     run = sanitizer.run_sanitizer("initcheck", "c128a.mutants:negative_pages_as_sentinel",
                                   batches=[STALE.to_json()], sanitizer=stand_in,
@@ -158,19 +161,25 @@ def _sanitize(tmp_path, *args) -> subprocess.CompletedProcess:
     )
 
 
+# One tool per test, and the replay apart from the run that saved the case:
+# each is a child process under the tool, and side by side they take the time
+# of the longest.
+@pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.skipif(_sanitizer_here() is None, reason="compute-sanitizer not installed")
+@pytest.mark.parametrize("tool", sanitizer.TOOLS)
 @pytest.mark.parametrize("spec", ["triton", "triton-inert"])
-def test_the_project_kernel_is_clean_under_both_tools(spec, tmp_path):
-    done = _sanitize(tmp_path, "--target", spec, "--examples", "10")
+def test_the_project_kernel_is_clean_under_both_tools(spec, tool, tmp_path):
+    done = _sanitize(tmp_path, "--target", spec, "--tool", tool, "--examples", "10")
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
-    assert "memcheck: clean" in done.stdout and "initcheck: clean" in done.stdout
+    assert f"{tool}: clean" in done.stdout
     assert not list(tmp_path.glob("*.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.skipif(_sanitizer_here() is None, reason="compute-sanitizer not installed")
-def test_reading_one_entry_past_n_t_is_reported_saved_and_replayed(tmp_path):
+def test_reading_one_entry_past_n_t_is_reported_and_saved(tmp_path):
     done = _sanitize(tmp_path, "--target", PAST_ONE_ENTRY, "--tool", "initcheck",
                      "--examples", "0")
     assert done.returncode == EXIT_FAILED, done.stdout + done.stderr
@@ -180,7 +189,20 @@ def test_reading_one_entry_past_n_t_is_reported_saved_and_replayed(tmp_path):
     assert saved
     case = cases.load_case(saved[0])
     assert "reads_one_entry_past_kernel" in case.sanitizer_report
-    replay = subprocess.run([sys.executable, "-m", "c128a.cli", "replay", str(saved[0])],
+    assert case.batch is not None and case.property == "sanitizer_initcheck"
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.skipif(_sanitizer_here() is None, reason="compute-sanitizer not installed")
+def test_a_saved_sanitizer_case_replays_under_its_tool(tmp_path):
+    """A case as the test above saves one, for one step: replayed, the step
+    is built again under initcheck, which reports the read again."""
+    case = cases.new_case(property="sanitizer_initcheck", target=PAST_ONE_ENTRY, kind="failure",
+                          failure="initcheck: Uninitialized __global__ memory read",
+                          batch=STALE, device="cuda", sanitizer_report="=========  ...")
+    path, _ = cases.write_case(case, tmp_path)
+    replay = subprocess.run([sys.executable, "-m", "c128a.cli", "replay", str(path)],
                             capture_output=True, text=True, timeout=900)
     assert replay.returncode == EXIT_FAILED, replay.stdout + replay.stderr
     assert "STILL FAILS" in replay.stdout

@@ -14,7 +14,7 @@ from c128a.failures import ReplayMismatch, StaleSentinelHazard
 from c128a.replay import build_machine, serving_loop_machine
 from c128a.targets import load_target
 
-pytestmark = pytest.mark.graph
+pytestmark = [pytest.mark.graph, pytest.mark.slow]  # each runs the machine for many steps
 
 PACKED = "c128a.mutants:packed_stride"
 SPILL = "c128a.mutants:spill_past_width"

@@ -19,7 +19,8 @@ STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
-    "slow: long-running checks (mutant matrix, fuzz smoke runs)",
+    "slow: long-running (the mutant matrix, child processes, real faults, sanitizer runs); "
+    "under xdist scheduled first, beside each other, until the cache has their durations",
 )
 
 _state_key = pytest.StashKey[dict]()
@@ -118,6 +119,30 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
         return count * workers_per_gpu(count)
     except GpuPinningError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist load``: the longest tests first (:mod:`c128a.plugin.scheduling`)."""
+    from c128a.plugin import scheduling
+
+    return scheduling.make_scheduler(config, log) if scheduling.reorders(config) else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    from c128a.plugin import scheduling
+
+    if scheduling.reorders(node.config):
+        node.workerinput[scheduling.WORKER_INPUT_KEY] = True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from c128a.plugin import scheduling
+
+    # Every worker sorts the same way, so their collections stay identical.
+    if scheduling.worker_sorts(config):
+        scheduling.order_longest_first(items, scheduling.cached_durations(config))
 
 
 def xdist_worker_index(worker_id: str) -> int:
@@ -239,6 +264,10 @@ def pytest_configure(config: pytest.Config) -> None:
     strict_sentinels = resolve_strict_sentinels(
         config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
     )
+    from c128a.plugin import scheduling
+
+    if not scheduling.in_xdist_worker():
+        config.pluginmanager.register(scheduling.DurationRecorder(config), "c128a-durations")
     config.stash[_state_key] = {
         "spec": spec,
         "origin": origin,
@@ -273,7 +302,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     # The padding-row variant right under the target it applies to.
     return [target_line, state["padding_rows_line"], *others] + [
         strict_sentinels_line(*state["strict_sentinels"])
-    ] + ([state["xdist_line"]] if state["xdist_line"] else []) + batch_invariant_lines()
+    ] + ([state["xdist_line"]] if state["xdist_line"] else []) + scheduling_lines(config) + (
+        batch_invariant_lines()
+    )
+
+
+def scheduling_lines(config: pytest.Config) -> list[str]:
+    from c128a.plugin import scheduling
+
+    return [scheduling.scheduling_line(config)] if scheduling.reorders(config) else []
 
 
 def batch_invariant_lines() -> list[str]:

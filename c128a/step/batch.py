@@ -209,11 +209,20 @@ class Batch:
     # ---------------------------------------------------------------- JSON
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["block_table"] = [list(row) for row in self.block_table]
-        for name, value in data.items():
-            if isinstance(value, tuple):
-                data[name] = list(value)
+        """Every field, tuples as lists and the block table as explicit rows.
+        Field by field rather than ``dataclasses.asdict``, which deep-copies
+        the table's description only to have it replaced; a fuzz worker
+        writes this before every example."""
+        data = {
+            f.name: list(value) if isinstance(value, tuple) else value
+            for f in dataclasses.fields(self)
+            for value in (getattr(self, f.name),)
+        }
+        table = self.block_table
+        if isinstance(table, PermutedBlockTable):
+            data["block_table"] = table.array().tolist()
+        else:
+            data["block_table"] = [list(row) for row in table]
         return data
 
     @classmethod

@@ -3,7 +3,10 @@
 Each round runs one property through :meth:`c128a.checks.Property.test` (the
 same test pytest and the kill matrix run), seeded from ``--seed``, the
 worker, its restart generation and the round; then, in turn, a round of the
-stateful serving-loop machine. Before every example the worker writes the
+stateful serving-loop machine. The contract's historical steps (the
+properties' ``@example`` batches) run in a worker's first round of each
+property only: they are fixed inputs, and Hypothesis prints every explicit
+example it runs, which made them most of a round's cost. Before every example the worker writes the
 input to its in-flight file, so that the parent keeps it if the worker dies.
 
 Every example's time is accounted (:class:`c128a.phases.ExampleTimer`, no
@@ -80,23 +83,41 @@ class InflightFile:
         os.pwrite(self.fd, data.ljust(self.size), 0)
 
 
-def watch_parent(parent_pid: int) -> None:
-    """Exit as soon as the parent is gone, however it died (SIGKILL included):
-    Linux sends SIGKILL on its death (``PR_SET_PDEATHSIG``); elsewhere, and as
-    a second line, a thread polls ``os.getppid()``."""
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def watch_parent(supervisor_pid: int) -> None:
+    """Exit as soon as the supervisor is gone, however it died (SIGKILL
+    included). The worker's own parent is the fork server, which exits when
+    the supervisor does: Linux sends this worker SIGKILL on that parent's
+    death (``PR_SET_PDEATHSIG``); elsewhere, and as a second line, a thread
+    polls that the parent is still the one that forked it and that the
+    supervisor still runs."""
+    forked_by = os.getppid()
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
-    if os.getppid() != parent_pid:  # it died before the watch was set
+
+    def orphaned() -> bool:
+        return os.getppid() != forked_by or _gone(supervisor_pid)
+
+    if orphaned():  # it died before the watch was set
         os._exit(ORPHAN_EXIT)
 
     def poll() -> None:
         while True:
             time.sleep(PARENT_POLL_S)
-            if os.getppid() != parent_pid:
+            if orphaned():
                 os._exit(ORPHAN_EXIT)
 
     threading.Thread(target=poll, name="c128a-parent-watch", daemon=True).start()
@@ -244,9 +265,11 @@ class Worker:
         self.database = open_database(config.db)
         self.timer = phases.ExampleTimer()
         self.progress = Progress(channel, index, self.timer)
+        self.historical_done: set[str] = set()  # properties whose @example steps ran
+        self.done = False  # set by a failure under --exitfirst
 
     def stopping(self) -> bool:
-        return self.stop.is_set() or TERMINATED.is_set()
+        return self.done or self.stop.is_set() or TERMINATED.is_set()
 
     def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None) -> None:
         start = time.perf_counter()
@@ -279,6 +302,10 @@ class Worker:
     def send(self, kind: str, payload) -> None:
         self.progress.flush()
         self.channel.put((kind, self.index, payload))
+        if kind == "failure" and self.config.exitfirst:
+            # No next round: the supervisor's stop could come after it found
+            # a second failure.
+            self.done = True
 
     def failure_case(self, name: str, exc: BaseException, seed: int, batch=None, **fields) -> Case:
         return new_case(
@@ -337,6 +364,8 @@ class Worker:
     def property_round(self, prop, seed: int, examples: int) -> None:
         failing: list = []
         blob = FailureBlob()
+        historical = prop.name not in self.historical_done
+        self.historical_done.add(prop.name)
 
         def around(batch, run) -> None:
             if self.stopping() and not failing:
@@ -366,6 +395,7 @@ class Worker:
                 self.target, self.device,
                 settings=self.round_settings(examples, database=not observe_from_start),
                 seed=seed, max_tokens=self.config.max_tokens, around=around,
+                examples=historical,
             )()
 
         self.progress.running = prop.name
@@ -463,11 +493,16 @@ class Worker:
             blob.stop()
 
 
-def worker_main(index, generation, config, channel, stop, inflight, budget, gpu, parent) -> None:
-    """A worker process: watch the parent, pin, choose the device, load
-    everything, run rounds. SIGINT stays ignored (the parent spawned it so):
+def worker_main(
+    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ
+) -> None:
+    """A worker process: take the supervisor's environment (``environ``, as
+    it was at the spawn), watch the supervisor, pin, choose the device, load
+    everything, run rounds. SIGINT is ignored (it arrives blocked):
     Ctrl-C reaches the whole process group and the parent stops the run; a
     SIGTERM asks this worker to stop after its example."""
+    os.environ.clear()
+    os.environ.update(environ)
     watch_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
