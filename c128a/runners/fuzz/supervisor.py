@@ -7,10 +7,11 @@ once (:data:`WORKER_PRELOAD`) and never touches CUDA, so each worker (and
 each restart) starts in a fraction of a second without inheriting a CUDA
 context; spawning imported all of it again in every worker, about 6 s of
 CPU each on the GPU host. A worker takes the parent's environment as it is at
-its start, as a spawned one would. A worker that dies (a CUDA fault, a signal) or runs one example past
-``--example-timeout`` is killed and restarted; the parent keeps its in-flight
-input as a ``crash`` or ``hang`` case. A worker's first failing example is
-saved before it shrinks, so a stop or a kill loses nothing found.
+its start, as a spawned one would. A worker that dies (a CUDA fault, a
+signal) or runs one example past ``--example-timeout`` is killed and
+restarted; the parent keeps its in-flight input as a ``crash`` or ``hang``
+case. A worker's first failing example is saved before it shrinks, so a stop
+or a kill loses nothing found.
 
 Each worker's wall time (from its first spawn to its end, restarts included)
 is split into :data:`c128a.phases.BUCKETS`: the seconds its examples spent

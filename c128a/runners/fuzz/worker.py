@@ -6,8 +6,9 @@ worker, its restart generation and the round; then, in turn, a round of the
 stateful serving-loop machine. The contract's historical steps (the
 properties' ``@example`` batches) run in a worker's first round of each
 property only: they are fixed inputs, and Hypothesis prints every explicit
-example it runs, which made them most of a round's cost. Before every example the worker writes the
-input to its in-flight file, so that the parent keeps it if the worker dies.
+example it runs, which made them most of a round's cost. Before every
+example the worker writes the input to its in-flight file, so that the
+parent keeps it if the worker dies.
 
 Every example's time is accounted (:class:`c128a.phases.ExampleTimer`, no
 device synchronisation): Hypothesis's own draw time, and the target, oracle
