@@ -71,27 +71,27 @@ def test_auto_on_cpu_keeps_xdist_default(monkeypatch):
     [("gw0", 4, None, "0"), ("gw5", 4, None, "1"), ("gw1", 2, "6,7", "7"), ("gw3", 3, "a,b,c", "a")],
 )
 def test_worker_pins_round_robin_through_visible_list(worker, count, visible, expected):
-    env = {"PYTEST_XDIST_WORKER": worker, XDIST_GPU_COUNT_ENV: str(count)}
+    env = {XDIST_GPU_COUNT_ENV: str(count)}
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    assert pin_xdist_worker(env) == expected
+    assert pin_xdist_worker(worker, env) == expected
     assert env["CUDA_VISIBLE_DEVICES"] == expected
 
 
 @pytest.mark.parametrize(
-    "env",
-    [{}, {"PYTEST_XDIST_WORKER": "gw1"}, {XDIST_GPU_COUNT_ENV: "2"}],
+    "worker, env",
+    [(None, {}), ("gw1", {}), (None, {XDIST_GPU_COUNT_ENV: "2"})],
     ids=["no-xdist", "cpu-run-worker", "controller"],
 )
-def test_nothing_changes_outside_a_gpu_worker(env):
+def test_nothing_changes_outside_a_gpu_worker(worker, env):
     before = dict(env)
-    assert pin_xdist_worker(env) is None
+    assert pin_xdist_worker(worker, env) is None
     assert env == before
 
 
 def test_malformed_worker_id_is_a_usage_error():
-    with pytest.raises(pytest.UsageError, match="PYTEST_XDIST_WORKER='main'"):
-        pin_xdist_worker({"PYTEST_XDIST_WORKER": "main", XDIST_GPU_COUNT_ENV: "2"})
+    with pytest.raises(pytest.UsageError, match="unexpected xdist worker id 'main'"):
+        pin_xdist_worker("main", {XDIST_GPU_COUNT_ENV: "2"})
 
 
 def test_header_names_each_workers_gpu():
@@ -102,7 +102,9 @@ def test_header_names_each_workers_gpu():
 
 
 def test_controller_exports_gpu_count_only_for_gpu_runs_with_workers(monkeypatch):
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    # A pytest that an xdist worker's test starts inherits the worker's
+    # environment; it is a controller all the same (only its config says).
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv(XDIST_GPU_COUNT_ENV, raising=False)
     monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 2)
@@ -112,6 +114,9 @@ def test_controller_exports_gpu_count_only_for_gpu_runs_with_workers(monkeypatch
     line = pytest_plugin._prepare_xdist_gpus(fake_config(numprocesses=2), None)
     assert line == "c128a xdist GPUs: gw0->GPU 0, gw1->GPU 1"
     assert os.environ[XDIST_GPU_COUNT_ENV] == "2"
+    worker = fake_config(numprocesses=2)
+    worker.workerinput = {"workerid": "gw1", "workercount": 2}
+    assert pytest_plugin._prepare_xdist_gpus(worker, None) is None
 
 
 @pytest.mark.cuda

@@ -145,20 +145,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         scheduling.order_longest_first(items, scheduling.cached_durations(config))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from c128a.runners.gpus import freeze_startup_heap
+
+    # Everything collected lives for the session; graph captures' garbage
+    # collections need not scan it again.
+    freeze_startup_heap()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from c128a.runners.gpus import thaw_heap
+
+    thaw_heap()
+
+
+def xdist_worker(config) -> tuple[str, int] | None:
+    """(worker id, worker count) in an xdist worker, else None. Read off the
+    ``workerinput`` xdist gives a worker's config, not the environment: a
+    child process that a test starts inherits ``PYTEST_XDIST_WORKER`` but is
+    a controller (or a plain run) of its own."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    return str(workerinput["workerid"]), int(workerinput["workercount"])
+
+
 def xdist_worker_index(worker_id: str) -> int:
     """``gw3`` -> 3 (pytest-xdist's worker ids)."""
     if not worker_id.startswith("gw") or not worker_id[2:].isdigit():
-        raise pytest.UsageError(f"c128a: unexpected PYTEST_XDIST_WORKER={worker_id!r}")
+        raise pytest.UsageError(f"c128a: unexpected xdist worker id {worker_id!r}")
     return int(worker_id[2:])
 
 
-def pin_xdist_worker(env=os.environ) -> str | None:
-    """In an xdist worker of a GPU run, see only this worker's GPU.
+def pin_xdist_worker(worker_id: str | None, env=os.environ) -> str | None:
+    """In xdist worker ``worker_id`` of a GPU run, see only this worker's GPU.
 
     Runs before anything touches CUDA. Returns the CUDA_VISIBLE_DEVICES value
     set, or None outside a GPU xdist run (nothing changes without xdist).
     """
-    worker_id = env.get("PYTEST_XDIST_WORKER")
     gpu_count = env.get(XDIST_GPU_COUNT_ENV)
     if not worker_id or not gpu_count:
         return None
@@ -167,16 +191,15 @@ def pin_xdist_worker(env=os.environ) -> str | None:
     return pin_to_gpu(gpu_for_worker(xdist_worker_index(worker_id), int(gpu_count)), env)
 
 
-def share_xdist_cores(env=os.environ) -> int | None:
-    """In an xdist worker, torch's CPU threads: this worker's share of the
-    cores (the oracle and the comparisons run on the CPU, on a GPU host too).
-    Returns the thread count set, None outside xdist."""
-    workers = env.get("PYTEST_XDIST_WORKER_COUNT")
-    if not env.get("PYTEST_XDIST_WORKER") or not workers or not workers.isdigit():
+def share_xdist_cores(worker_count: int | None) -> int | None:
+    """In an xdist worker (one of ``worker_count``), torch's CPU threads: this
+    worker's share of the cores (the oracle and the comparisons run on the
+    CPU, on a GPU host too). Returns the thread count set, None outside xdist."""
+    if not worker_count:
         return None
     from c128a.runners.gpus import share_cores
 
-    return share_cores(int(workers))
+    return share_cores(worker_count)
 
 
 def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
@@ -199,7 +222,7 @@ def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
 def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str | None:
     """On the controller of a GPU run with workers: tell them how many GPUs there are."""
     workers = config.getoption("numprocesses", None)
-    if not isinstance(workers, int) or workers < 1 or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not isinstance(workers, int) or workers < 1 or xdist_worker(config) is not None:
         return None
     if device_choice == "cpu":
         return None
@@ -234,9 +257,10 @@ def pytest_configure(config: pytest.Config) -> None:
     device_choice = _device_choice(config)
     try:
         # Before anything initialises CUDA in this process.
-        pinned_gpu = pin_xdist_worker()
+        worker_id, worker_count = xdist_worker(config) or (None, None)
+        pinned_gpu = pin_xdist_worker(worker_id)
         xdist_line = _prepare_xdist_gpus(config, device_choice)
-        share_xdist_cores()
+        share_xdist_cores(worker_count)
     except GpuPinningError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
     try:
@@ -266,7 +290,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     from c128a.plugin import scheduling
 
-    if not scheduling.in_xdist_worker():
+    if worker_id is None:  # the controller, or a run without xdist
         config.pluginmanager.register(scheduling.DurationRecorder(config), "c128a-durations")
     config.stash[_state_key] = {
         "spec": spec,

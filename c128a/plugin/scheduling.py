@@ -23,7 +23,6 @@ Only ``--dist load`` (the default of ``-n``) is changed; an explicit
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -64,10 +63,6 @@ def order_longest_first(items: list[pytest.Item], durations: dict[str, float]) -
 WORKER_INPUT_KEY = "c128a_longest_first"
 """Set by the controller in each worker's ``workerinput`` (xdist clears a
 worker's own ``-n`` and ``--dist``), telling it to sort its collection."""
-
-
-def in_xdist_worker() -> bool:
-    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
 def worker_sorts(config: pytest.Config) -> bool:

@@ -47,7 +47,7 @@ from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
-from ..gpus import pin_to_gpu, share_cores
+from ..gpus import freeze_startup_heap, pin_to_gpu, share_cores, thaw_heap
 from .config import FuzzConfig, derive_seed
 
 PROGRESS_INTERVAL_S = 0.5
@@ -512,6 +512,7 @@ def worker_main(
         if gpu is not None:
             pin_to_gpu(gpu)
         worker = Worker(index, generation, config, channel, stop, inflight, budget)
+        freeze_startup_heap()
         channel.put(("ready", index, None))
         worker.loop()
         worker.progress.flush()
@@ -519,3 +520,5 @@ def worker_main(
         channel.put(("fatal", index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
     else:
         channel.put(("done", index, None))
+    finally:
+        thaw_heap()
