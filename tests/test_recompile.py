@@ -126,7 +126,7 @@ def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
     )
     for jit_function in adaptive.jit_functions:
         jit_function.device_caches.clear()
-    adaptive._warmed.clear()
+    adaptive.forget_launch_plans()
     pages = CAPACITY // BLOCK_SIZE
     table = torch.arange(64 * pages, dtype=torch.int32, device=c128a_device).view(64, pages)
     dense = torch.zeros(ROWS, CAPACITY, dtype=torch.int32, device=c128a_device)
