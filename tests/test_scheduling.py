@@ -13,8 +13,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarni
 
 
 def _item(nodeid: str, slow: bool = False):
-    return SimpleNamespace(nodeid=nodeid,
-                           get_closest_marker=lambda name: object() if slow and name == "slow" else None)
+    def get_closest_marker(name):
+        return object() if slow and name == "slow" else None
+
+    return SimpleNamespace(nodeid=nodeid, get_closest_marker=get_closest_marker)
 
 
 def test_recorded_durations_order_the_tests_and_slow_ones_lead_without_them():

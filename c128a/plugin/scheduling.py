@@ -23,7 +23,6 @@ Only ``--dist load`` (the default of ``-n``) is changed; an explicit
 
 from __future__ import annotations
 
-
 import pytest
 
 DURATIONS_KEY = "c128a/durations"
