@@ -165,6 +165,23 @@ def fuzz_process(tmp_path):
         process.close()
 
 
+def fuzz_workers(run: FuzzProcess) -> set[int]:
+    """The run's worker processes now: the children of its fork server."""
+    table = parents()
+    servers = {
+        pid for pid, parent in table.items()
+        if parent == run.pid and b"forkserver" in _cmdline(pid)
+    }
+    return {pid for pid, parent in table.items() if parent in servers and alive(pid)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def assert_all_ended(pids, timeout: float = 10.0) -> None:
     wait_until(lambda: not any(alive(pid) for pid in pids), timeout,
                f"processes still running:\n{ps(pids)}")
@@ -204,6 +221,43 @@ def test_a_signal_stops_the_run_like_its_deadline(fuzz_process, signum, to_group
     assert f"run interrupted by {signal.Signals(signum).name}" in run.errors()
     assert_all_ended(family)
     assert list(run.temporary.iterdir()) == []
+
+
+SIGRTMIN_3 = signal.SIGRTMIN + 3  # 37 on Linux: no name in signal.Signals
+
+
+@pytest.mark.parametrize(
+    "signum, named",
+    [(SIGRTMIN_3, f"signal {SIGRTMIN_3}, SIGRTMIN+3")],
+    ids=["SIGRTMIN+3"],
+)
+def test_a_signal_to_one_worker_is_a_crash_and_the_worker_restarts(fuzz_process, signum, named):
+    """One worker, not the parent, ends by a signal: it is restarted, its
+    in-flight input is saved as a crash case naming the signal, and the run
+    goes on to its summary and report."""
+    run = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful")
+    run.running_workers(1)
+    [first] = fuzz_workers(run)
+    os.kill(first, signum)
+    wait_until(
+        lambda: run.process.poll() is not None
+        or (list(run.cases_dir.glob("*.json")) and fuzz_workers(run) - {first}),
+        60, f"a crash case and a restarted worker; stderr:\n{run.errors()}",
+    )
+    if run.process.poll() is None:
+        os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(20) == 1, run.errors()
+    assert run.report_path.exists(), f"no report; stderr:\n{run.errors()}"
+    report = run.report()
+    assert report["status"] == "interrupted", report
+    assert report["totals"]["crashes"] == 1 and report["totals"]["restarts"] == 1, report
+    [entry] = report["cases"]
+    case = cases.load_case(entry["path"])
+    assert case.kind == "crash" and case.batch is not None
+    assert named in case.failure, case.failure
+    errors = run.errors()
+    assert "c128a fuzz summary" in errors and "Traceback" not in errors
 
 
 def test_sigkill_of_the_parent_ends_every_worker(fuzz_process):

@@ -388,7 +388,7 @@ class Supervisor:
                 slot.finished, stats.state = True, "stopped"
                 return
             code = process.exitcode
-            how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit {code}"
+            how = describe_signal(-code) if code and code < 0 else f"exit {code}"
             if code == CUDA_FAULT_EXIT:
                 how = "CUDA fault"
             if not slot.ready:
@@ -613,6 +613,20 @@ def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> N
     where and why."""
     entry["not_written"] = f"{where}: {exc.strerror or exc}"
     entry["case"] = case.to_json()
+
+
+def describe_signal(signum: int) -> str:
+    """``signal SIGKILL``; a signal without a name in :class:`signal.Signals`
+    (a real-time one) by its number and its place after SIGRTMIN, e.g.
+    ``signal 37, SIGRTMIN+3``."""
+    try:
+        return f"signal {signal.Signals(signum).name}"
+    except ValueError:
+        pass
+    first, last = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
+    if first is not None and last is not None and first < signum < last:
+        return f"signal {signum}, SIGRTMIN+{signum - first}"
+    return f"signal {signum}"
 
 
 def _rounded(values: dict[str, float], digits: int = 3) -> dict[str, float]:
