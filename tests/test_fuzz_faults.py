@@ -228,8 +228,13 @@ SIGRTMIN_3 = signal.SIGRTMIN + 3  # 37 on Linux: no name in signal.Signals
 
 @pytest.mark.parametrize(
     "signum, named",
-    [(SIGRTMIN_3, f"signal {SIGRTMIN_3}, SIGRTMIN+3")],
-    ids=["SIGRTMIN+3"],
+    [
+        (SIGRTMIN_3, f"signal {SIGRTMIN_3}, SIGRTMIN+3"),
+        # Its handler stops the worker after its example; the run's stop is
+        # not set, so the worker is a lost one, not a finished one.
+        (signal.SIGTERM, "signal SIGTERM"),
+    ],
+    ids=["SIGRTMIN+3", "SIGTERM"],
 )
 def test_a_signal_to_one_worker_is_a_crash_and_the_worker_restarts(fuzz_process, signum, named):
     """One worker, not the parent, ends by a signal: it is restarted, its

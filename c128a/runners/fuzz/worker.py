@@ -57,6 +57,9 @@ PARENT_POLL_S = 1.0
 PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
 TERMINATED = threading.Event()
 """Set by SIGTERM: this worker stops after its example."""
+RUN_STOP_WAIT_S = 2.0
+"""How long a worker stopped by SIGTERM waits for the run's stop: a SIGTERM to
+the process group reaches the parent too, which sets the stop at once."""
 
 
 class InflightFile:
@@ -271,6 +274,15 @@ class Worker:
 
     def stopping(self) -> bool:
         return self.done or self.stop.is_set() or TERMINATED.is_set()
+
+    def terminated_alone(self) -> bool:
+        """Whether this worker stopped for a SIGTERM of its own, not because
+        the run is done with it (its budget, --exitfirst, the run's stop)."""
+        if not TERMINATED.is_set() or self.done:
+            return False
+        if self.budget is not None and self.progress.total >= self.budget:
+            return False
+        return not self.stop.wait(RUN_STOP_WAIT_S)
 
     def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None) -> None:
         start = time.perf_counter()
@@ -501,7 +513,8 @@ def worker_main(
     it was at the spawn), watch the supervisor, pin, choose the device, load
     everything, run rounds. SIGINT is ignored (it arrives blocked):
     Ctrl-C reaches the whole process group and the parent stops the run; a
-    SIGTERM asks this worker to stop after its example."""
+    SIGTERM asks this worker to stop after its example, and, unless the run
+    is stopping too, to end by that signal (:func:`exit_by_sigterm`)."""
     os.environ.clear()
     os.environ.update(environ)
     watch_parent(parent)
@@ -516,9 +529,22 @@ def worker_main(
         channel.put(("ready", index, None))
         worker.loop()
         worker.progress.flush()
+        if worker.terminated_alone():
+            exit_by_sigterm(channel)
     except Exception as exc:
         channel.put(("fatal", index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
     else:
         channel.put(("done", index, None))
     finally:
         thaw_heap()
+
+
+def exit_by_sigterm(channel) -> None:
+    """End this worker by the SIGTERM it was sent, after what it sent reached
+    the parent: it has not said it is done, so the parent keeps its last
+    input and restarts it like any worker lost to a signal."""
+    channel.close()
+    channel.join_thread()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(128 + signal.SIGTERM)  # not reached: the signal is unblocked
