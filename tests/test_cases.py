@@ -102,6 +102,39 @@ def test_a_saved_failure_is_not_written_twice(tmp_path):
     assert "other words" not in path.read_text()
 
 
+def test_cases_of_another_kind_or_target_get_files_of_their_own(tmp_path):
+    """A crash of one target on the inputs another target failed on is a case
+    of its own: saved new beside the other, never "already saved"."""
+    failure = make_case()
+    others = [make_case(target="reference", kind="crash"), make_case(kind="crash"),
+              make_case(target="reference")]
+    saved = [cases.write_case(case, tmp_path) for case in (failure, *others)]
+    assert [new for _, new in saved] == [True] * 4
+    assert len({path for path, _ in saved}) == 4
+    for (path, _), case in zip(saved, (failure, *others)):
+        loaded = cases.load_case(path)
+        assert (loaded.kind, loaded.target) == (case.kind, case.target)
+    # The same case again (kind, target, property, inputs) is still saved once.
+    again = make_case(kind="crash", failure="worker 0 died (signal SIGKILL)")
+    assert cases.write_case(again, tmp_path) == (saved[2][0], False)
+    assert len(cases.case_files(tmp_path)) == 4
+
+
+def test_a_case_saved_under_its_former_name_is_found_not_saved_again(tmp_path):
+    """Before kind and target were part of a case's name, a case with inputs
+    was named by its property, inputs and variant: such a file still counts
+    as the same case saved, and another target's case on those inputs goes
+    beside it."""
+    case = make_case()
+    former = tmp_path / cases.former_case_filename(case)
+    former.write_text(json.dumps(case.to_json()))
+    assert cases.write_case(make_case(failure="other words"), tmp_path) == (former, False)
+    assert cases.load_case(former) == case
+    other, new = cases.write_case(make_case(target="reference"), tmp_path)
+    assert new and other != former
+    assert sorted(cases.case_files(tmp_path)) == sorted([former, other])
+
+
 def _malformed(tmp_path: Path, edit) -> Path:
     data = make_case().to_json()
     edit(data)

@@ -175,14 +175,14 @@ def new_case(*, property: str, target: str, kind: str, failure: str, **fields) -
 
 
 def case_identity(case: Case) -> str:
-    """A short hash of what makes the failure: property, inputs and the
-    padding-row variant (not the message). Without concrete inputs: a
-    serving-loop failure's steps; a crashed or hung round's target, seed and
-    size (every such crash is its own case); a failure drawn from the
-    target's policy, its target and blob."""
+    """A short hash of what makes the case: its kind, target, property,
+    inputs and padding-row variant (not the message), so that two cases
+    differing in any of these never share a file. Without concrete inputs:
+    a serving-loop failure's steps; a crashed or hung round's seed and size
+    (every such crash is its own case); a failure drawn from the target's
+    policy, its blob."""
     if case.batch is not None:
-        inputs: Any = case.batch.to_json()
-        inputs.pop("labels", None)  # labels describe the batch; they are not inputs
+        inputs: Any = {"kind": case.kind, "target": case.target, "batch": _batch_inputs(case)}
     elif case.kind == SERVING_LOOP and case.steps:
         inputs = {"kind": case.kind, "target": case.target, "steps": case.steps}
     elif case.kind in ("crash", "hang"):
@@ -190,6 +190,16 @@ def case_identity(case: Case) -> str:
                   "round_examples": case.round_examples, "steps": case.steps}
     else:
         inputs = {"kind": case.kind, "target": case.target, "blob": case.reproduce_blob}
+    return _identity_hash(case, inputs)
+
+
+def _batch_inputs(case: Case) -> dict[str, Any]:
+    inputs = case.batch.to_json()
+    inputs.pop("labels", None)  # labels describe the batch; they are not inputs
+    return inputs
+
+
+def _identity_hash(case: Case, inputs: Any) -> str:
     identity = [case.property, inputs]
     if case.padding_rows is not None:
         # The same inputs fail differently under the other variant; cases
@@ -201,6 +211,27 @@ def case_identity(case: Case) -> str:
 
 def case_filename(case: Case) -> str:
     return f"{case.property}-{case_identity(case)}.json"
+
+
+def former_case_filename(case: Case) -> str | None:
+    """The name a case with concrete inputs was saved under before its kind
+    and target were part of its identity (None for any other case: its name
+    is unchanged)."""
+    if case.batch is None:
+        return None
+    return f"{case.property}-{_identity_hash(case, _batch_inputs(case))}.json"
+
+
+def _saved_as(path: Path, case: Case) -> bool:
+    """Whether the file at ``path`` holds ``case``'s kind and target (its
+    property, inputs and variant are in its name)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and (data.get("kind"), data.get("target")) == (
+        case.kind, case.target
+    )
 
 
 def readable_json(data: Any, indent: str = "") -> str:
@@ -247,12 +278,16 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 def write_case(case: Case, cases_dir: Path | str) -> tuple[Path, bool]:
     """Save ``case`` in ``cases_dir``: (path, True), or (its path, False) when
-    the same failure is already saved there. The file is linked into place
+    the same case is already saved there, under its name or the name it had
+    before kind and target were part of it. The file is linked into place
     from a complete temporary file, so of several runs sharing ``cases_dir``
     exactly one claims it new, and no reader sees half a file."""
     path = Path(cases_dir) / case_filename(case)
     if path.exists():
         return path, False
+    former = former_case_filename(case)
+    if former is not None and _saved_as(Path(cases_dir) / former, case):
+        return Path(cases_dir) / former, False
     temporary = _written_temporary(path, case.to_json())
     try:
         os.link(temporary, path)
