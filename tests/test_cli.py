@@ -91,6 +91,18 @@ def test_bench_exit_statuses(capsys, c128a_device):
     assert "--groups nope" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("seconds", ["inf", "nan", "0"])
+def test_bench_throughput_seconds_must_be_finite_and_positive(capsys, monkeypatch, seconds):
+    """--seconds inf ran forever; refused before anything runs (exit 2)."""
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the benchmark started")
+
+    monkeypatch.setattr("c128a.cli.bench.run_throughput", must_not_run)
+    assert cli.main(["bench", "--throughput", "--device", "cpu", "--target", "reference",
+                     "--seconds", seconds]) == EXIT_USAGE
+    assert f"--seconds={float(seconds)} must be a finite number > 0" in capsys.readouterr().err
+
+
 def test_every_fuzz_option_has_a_flag_and_a_config_key(tmp_path):
     parser = argparse.ArgumentParser()
     configure_parser(parser)

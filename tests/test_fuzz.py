@@ -340,6 +340,55 @@ def test_config_file_with_an_unknown_key_names_it(tmp_path):
         fuzz.load_config_file(str(config))
 
 
+def _must_not_run(config, console=None):
+    raise AssertionError(f"the run started with {config}")
+
+
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("--minutes", "1e308",
+         "--minutes=1e+308 must be a finite number > 0 and <= 10080 (a week)"),
+        ("--minutes", "10081", "--minutes=10081.0 must be a finite number > 0 and <= 10080"),
+        ("--minutes", "inf", "--minutes=inf must be a finite number > 0 and <= 10080"),
+        ("--minutes", "nan", "--minutes=nan must be a finite number > 0 and <= 10080"),
+        ("--example-timeout", "1e308",
+         "--example-timeout=1e+308 must be a finite number > 0 and <= 86400 (a day)"),
+        ("--workers", "10000", "--workers=10000 must be >= 1 and <= "),
+        ("--workers", "0", "--workers=0 must be >= 1 and <= "),
+    ],
+)
+def test_an_option_out_of_its_range_is_a_usage_error_before_the_run(
+    tmp_path, capsys, monkeypatch, option, value, words
+):
+    """Exit 2 with one line naming the option, the value and the range; no
+    run starts (--minutes 1e308 overflowed the status line, --workers 10000
+    ended in tracebacks)."""
+    monkeypatch.setattr("c128a.cli.fuzz.run_fuzz", _must_not_run)
+    status = cli.main([
+        "fuzz", "--target", "reference", "--device", "cpu", "--no-live", "--db", "none",
+        "--cases-dir", str(tmp_path / "cases"), "--report", str(tmp_path / "r.json"),
+        option, value,
+    ])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    [line] = err.splitlines()
+    assert line.startswith("c128a fuzz: ") and words in line, line
+
+
+def test_the_bounds_of_minutes_and_workers_are_allowed():
+    from c128a.runners.fuzz import config
+    from c128a.runners.gpus import usable_cores
+
+    most = min(config.WORKERS_PER_CORE * usable_cores(), config.MAX_WORKERS)
+    options = fuzz.FuzzOptions(minutes=config.MAX_MINUTES, workers=most,
+                               example_timeout=config.MAX_EXAMPLE_TIMEOUT_S)
+    resolved = fuzz.resolve(options, target="reference", device="cpu")
+    assert (resolved.minutes, resolved.workers) == (7 * 24 * 60, most)
+    with pytest.raises(UsageError, match=f"--workers={most + 1} must be >= 1 and <= {most}"):
+        fuzz.resolve(fuzz.FuzzOptions(workers=most + 1), target="reference", device="cpu")
+
+
 def test_seeds_differ_per_worker_round_and_restart():
     seeds = {fuzz.derive_seed(1, w, g, r) for w in range(3) for g in range(2) for r in range(5)}
     assert len(seeds) == 30

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import torch
@@ -124,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_throughput(args: argparse.Namespace) -> int:
-    if not args.seconds > 0:
-        raise UsageError(f"--seconds={args.seconds} must be > 0")
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):
+        raise UsageError(f"--seconds={args.seconds} must be a finite number > 0")
     if args.examples is not None and args.examples <= 0:
         raise UsageError(f"--examples={args.examples} must be > 0")
     if args.max_tokens < 0:

@@ -24,6 +24,10 @@ from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
 DEFAULT_DB = ".hypothesis/fuzz"
 DEFAULT_MINUTES = 1.0
 CONFIG_TABLE = "fuzz"
+MAX_MINUTES = 7 * 24 * 60  # a week: longer is better run as several runs, each with its report
+MAX_EXAMPLE_TIMEOUT_S = 24 * 60 * 60  # a day: past that a stopped run would wait for it
+WORKERS_PER_CORE = 4  # more only contend for the cores (the default is about one a core)
+MAX_WORKERS = 256  # however many cores: the parent holds pipes to every worker and polls them
 
 
 @dataclass(frozen=True)
@@ -163,13 +167,23 @@ def resolve(
     :class:`~c128a.failures.UsageError` for any option outside its rule."""
     workers, gpus = default_workers(device)
     if options.workers is not None:
-        if options.workers < 1:
-            raise UsageError(f"--workers={options.workers} must be >= 1")
+        cores = usable_cores()
+        most = min(WORKERS_PER_CORE * cores, MAX_WORKERS)
+        if not 1 <= options.workers <= most:
+            raise UsageError(
+                f"--workers={options.workers} must be >= 1 and <= {most} ({WORKERS_PER_CORE} a "
+                f"core, {cores} cores here; never more than {MAX_WORKERS}): more only contend "
+                "for the cores"
+            )
         workers = options.workers
-    for name in ("minutes", "example_timeout"):
+    for name, most, span in (("minutes", MAX_MINUTES, "a week"),
+                             ("example_timeout", MAX_EXAMPLE_TIMEOUT_S, "a day")):
         value = getattr(options, name)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise UsageError(f"--{name.replace('_', '-')}={value} must be a finite number > 0")
+        if value is not None and not (value > 0 and math.isfinite(value) and value <= most):
+            raise UsageError(
+                f"--{name.replace('_', '-')}={value} must be a finite number > 0 and <= {most} "
+                f"({span})"
+            )
     for name in ("max_examples", "chunk", "max_tokens"):
         value = getattr(options, name)
         if value is not None and value < 1:
