@@ -44,6 +44,7 @@ __all__ = [
     "call_target",
     "failure_text",
     "is_kill",
+    "one_line",
 ]
 
 EXIT_OK = 0
@@ -145,6 +146,12 @@ def is_kill(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(is_kill(inner) for inner in exc.exceptions)
     return isinstance(exc, ContractViolation)
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (a usage error's message is one line)."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def failure_text(exc: BaseException) -> str:

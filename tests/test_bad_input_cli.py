@@ -422,3 +422,83 @@ def test_replay_usage_messages_name_the_cli_option(tmp_path, capsys, c128a_devic
     assert replay(c128a_device, path) == EXIT_USAGE  # the case names test_cases: not imported
     err = capsys.readouterr().err
     assert "pass --target" in err and "--c128a-target" not in err
+
+
+# ---------------------------------------------------------------- G: code that raises before the run
+
+RAISES_AT_IMPORT = "raises_at_import_c128a_test"
+RAISES_ON_ATTRIBUTE = "raises_on_attribute_c128a_test"
+
+
+@pytest.fixture
+def raising_modules(tmp_path, monkeypatch) -> Path:
+    """A module whose body raises, and one whose every attribute raises when read."""
+    folder = tmp_path / "raising"
+    folder.mkdir()
+    (folder / f"{RAISES_AT_IMPORT}.py").write_text('raise RuntimeError("boom at import")\n')
+    (folder / f"{RAISES_ON_ATTRIBUTE}.py").write_text(
+        "def __getattr__(name):\n    raise RuntimeError(f'boom reading {name}')\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+SPEC_OPTIONS = [
+    pytest.param("fuzz", "--target", "", id="fuzz-target"),
+    pytest.param("fuzz", "--properties", ":PROPERTIES", id="fuzz-properties"),
+    pytest.param("fuzz", "--machine", ":machine", id="fuzz-machine"),
+    pytest.param("replay", "--target", "", id="replay-target"),
+    pytest.param("replay", "--properties", ":PROPERTIES", id="replay-properties"),
+    pytest.param("mutants", "--spec", "", id="mutants-spec"),
+    pytest.param("mutants", "--mutants-from", ":MUTANTS", id="mutants-from"),
+    pytest.param("bench", "--target", "", id="bench-target"),
+]
+
+
+def command_for(subcommand: str, tmp_path: Path, device) -> list[str]:
+    """``subcommand`` set up so that nothing long could run, were the spec good."""
+    device_options = ["--device", device.type]
+    if subcommand == "fuzz":
+        return ["fuzz", *device_options, "--max-examples", "1", "--workers", "1", "--db", "none",
+                "--no-live", "--cases-dir", str(tmp_path / "cases")]
+    if subcommand == "replay":
+        return ["replay", str(good_file(tmp_path)), *device_options]
+    if subcommand == "mutants":
+        return ["mutants", *device_options, "--property", "matches_oracle", "--max-examples", "1",
+                "--markdown", "--expect-pass", "reference"]
+    return ["bench", "--throughput", *device_options, "--examples", "1", "--max-tokens", "16"]
+
+
+@pytest.mark.parametrize(
+    "module, raised",
+    [
+        pytest.param(RAISES_AT_IMPORT, "RuntimeError: boom at import", id="at-import"),
+        pytest.param(RAISES_ON_ATTRIBUTE, "RuntimeError: boom reading", id="on-attribute"),
+    ],
+)
+@pytest.mark.parametrize("subcommand, option, attribute", SPEC_OPTIONS)
+def test_a_spec_whose_code_raises_is_a_usage_error(
+    tmp_path, capsys, c128a_device, raising_modules, module, raised, subcommand, option, attribute
+):
+    """A spec whose module raises at import, or whose attribute raises when
+    read, is a one-line usage error (exit 2) naming the option, the spec and
+    what was raised; never a traceback and exit 1, "failures found"."""
+    spec = f"{module}{attribute}"
+    status = cli.main([*command_for(subcommand, tmp_path, c128a_device), option, spec])
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE, captured
+    [line] = captured.err.splitlines()
+    assert option in line and repr(spec) in line and raised in line, line
+    assert "Traceback" not in captured.err
+    assert "kill matrix" not in captured.out and "PASSES" not in captured.out
+
+
+def test_replay_refuses_properties_that_are_not_a_mapping(tmp_path, capsys, c128a_device):
+    """--properties naming something other than a dict (a module here) is a
+    usage error (exit 2), not an AttributeError and exit 1."""
+    status = replay(c128a_device, good_file(tmp_path), "--properties", "os:path")
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    [line] = captured.err.splitlines()
+    assert "--properties 'os:path'" in line and "not a dict" in line
+    assert "c128a.checks:PROPERTIES" in line and "Traceback" not in captured.err

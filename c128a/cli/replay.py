@@ -28,7 +28,7 @@ from ..runners.cases import (
     replay_case,
     replay_variant,
 )
-from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_object
+from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_mapping, import_object
 from ..targets.specs import DECLARED
 from .common import add_target_arguments, choose_device, load, padding_rows_override
 
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise UsageError(f"--timeout={args.timeout} must be > 0")
     device = choose_device(args.device)
-    properties = import_object(args.properties, "--properties")
+    properties = import_mapping(args.properties, "--properties", DEFAULT_PROPERTIES)
     verdicts = [replay_file(file, args, device, properties) for file in args.files]
     if EXIT_FAILED in verdicts:
         return EXIT_FAILED

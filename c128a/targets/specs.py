@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping
 
 from ..contract import check_padding_rows
-from ..failures import TargetSpecError, TargetUnavailable, UsageError
+from ..failures import TargetSpecError, TargetUnavailable, UsageError, one_line
 from .target import Target, held_to
 from .vllm_release import is_vllm_release_spec, load_vllm_release
 
@@ -76,7 +77,9 @@ def resolve_padding_rows(
 
 def import_object(spec: str, what: str = "spec", error: type[UsageError] = UsageError):
     """``MODULE`` or ``MODULE:ATTR.ATTR`` to the object it names; ``error``
-    (naming ``what``) when the module or an attribute is missing."""
+    (naming ``what``) when the module or an attribute is missing, or when
+    importing the module or reading an attribute raises: code that breaks
+    before the run starts is a bad spec, never a failure of a target."""
     module_name, _, attr_path = spec.partition(":")
     if not module_name:
         raise error(f"{what} {spec!r} has no module; expected MODULE or MODULE:ATTR")
@@ -87,11 +90,33 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
             f"{what} {spec!r}: cannot import module {module_name!r} ({exc}); "
             "is it on sys.path (PYTHONPATH)?"
         ) from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the module's own code raised
+        raise error(
+            f"{what} {spec!r}: importing module {module_name!r} raised {one_line(exc)}; "
+            "fix the module or name another"
+        ) from exc
     for part in filter(None, attr_path.split(".")):
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
             raise error(f"{what} {spec!r}: {module_name!r} has no attribute {attr_path!r}") from exc
+        except Exception as exc:  # noqa: BLE001 - a property or __getattr__ raised
+            raise error(
+                f"{what} {spec!r}: reading attribute {part!r} of {module_name!r} raised "
+                f"{one_line(exc)}; fix the module or name another"
+            ) from exc
+    return obj
+
+
+def import_mapping(spec: str, what: str, example: str):
+    """The mapping ``spec`` names (a ``--properties`` dict); any other object
+    is a :class:`~c128a.failures.UsageError` naming ``what`` and ``example``."""
+    obj = import_object(spec, what)
+    if not isinstance(obj, Mapping):
+        raise UsageError(
+            f"{what} {spec!r} names a {type(obj).__name__}, not a dict of names; "
+            f"name a dict such as {example}"
+        )
     return obj
 
 
@@ -109,6 +134,10 @@ def _load(spec: str) -> Target:
             module = importlib.import_module(VLLM_MODULE)
         except ImportError as exc:
             raise TargetUnavailable(f"vllm target not importable: {exc!r}") from exc
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - vLLM's own import raised
+            raise TargetUnavailable(
+                f"vllm target: importing {VLLM_MODULE} raised {one_line(exc)}"
+            ) from exc
         if not callable(getattr(module, "build_c128a_topk_metadata", None)):
             raise TargetUnavailable(
                 f"{VLLM_MODULE} has no callable build_c128a_topk_metadata; this vLLM "

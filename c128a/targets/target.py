@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, check_padding_rows, policy
-from ..failures import TargetSpecError
+from ..failures import TargetSpecError, one_line
 
 OPTIONAL_POLICY = ("active_topk_width", "capacity_width")
 
@@ -45,14 +45,14 @@ class Target:
         namespace): its ``build_c128a_topk_metadata`` and the optional
         attributes; ``overrides`` replace what ``obj`` declares. The one
         constructor every loader uses."""
-        build = getattr(obj, BUILD_FUNCTION, None)
+        build = _attribute(obj, BUILD_FUNCTION, spec)
         if build is None:
             raise TargetSpecError(f"target {spec!r} ({obj!r}) has no attribute {BUILD_FUNCTION!r}")
         if not callable(build):
             raise TargetSpecError(f"target {spec!r}: {BUILD_FUNCTION} is not callable ({build!r})")
         own_policy = {}
         for name in OPTIONAL_POLICY:
-            value = getattr(obj, name, None)
+            value = _attribute(obj, name, spec)
             if value is not None and not callable(value):
                 raise TargetSpecError(f"target {spec!r}: {name} is not callable ({value!r})")
             if value is not None:
@@ -60,15 +60,28 @@ class Target:
         values = dict(
             spec=spec,
             build_c128a_topk_metadata=build,
-            validates_input=bool(getattr(obj, "validates_input", True)),
-            full_width_decode_views=bool(getattr(obj, "full_width_decode_views", False)),
-            jit_functions=tuple(getattr(obj, "jit_functions", None) or ()),
-            padding_rows=_declared(getattr(obj, "padding_rows", None)),
+            validates_input=bool(_attribute(obj, "validates_input", spec, True)),
+            full_width_decode_views=bool(_attribute(obj, "full_width_decode_views", spec, False)),
+            jit_functions=tuple(_attribute(obj, "jit_functions", spec) or ()),
+            padding_rows=_declared(_attribute(obj, "padding_rows", spec)),
             uses_project_policy=not own_policy,
             **own_policy,
         )
         values.update(overrides)
         return cls(**values)
+
+
+def _attribute(obj, name: str, spec: str, default=None):
+    """``obj.name`` (``default`` where absent); an attribute whose reading
+    raises (a property, a module ``__getattr__``) makes a bad spec, not a
+    failure of the target."""
+    try:
+        return getattr(obj, name, default)
+    except Exception as exc:  # noqa: BLE001 - the target object's own code raised
+        raise TargetSpecError(
+            f"target {spec!r}: reading its attribute {name!r} raised {one_line(exc)}; "
+            "fix the target object or name another"
+        ) from exc
 
 
 def _declared(padding_rows):
