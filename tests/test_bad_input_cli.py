@@ -502,3 +502,90 @@ def test_replay_refuses_properties_that_are_not_a_mapping(tmp_path, capsys, c128
     [line] = captured.err.splitlines()
     assert "--properties 'os:path'" in line and "not a dict" in line
     assert "c128a.checks:PROPERTIES" in line and "Traceback" not in captured.err
+
+
+# ---------------------------------------------------------------- H: cases that only seem to replay
+
+
+def with_a_key_twice(data: dict, where: str, key: str, first_value) -> bytes:
+    """``data`` as JSON with ``key`` given twice in the object at ``where``
+    (the top level, or "batch"): ``first_value`` first, the real one last,
+    which is the one json.loads keeps."""
+    text = json.dumps(data)
+    opening = "{" if where == "" else f'"{where}": {{'
+    assert text.count(opening) == 1 or where == ""
+    return text.replace(opening, f"{opening}{json.dumps(key)}: {json.dumps(first_value)}, ",
+                        1).encode()
+
+
+@pytest.mark.parametrize(
+    "where, key, first_value",
+    [
+        pytest.param("", "property", "views", id="property"),
+        pytest.param("batch", "width", 256, id="batch-width"),
+    ],
+)
+def test_a_key_given_twice_is_a_malformed_case(tmp_path, capsys, c128a_device, where, key,
+                                               first_value):
+    """A case file with a key twice in one object (json keeps the last one
+    silently) is malformed: exit 2 naming the file and the key; the next
+    file still runs."""
+    bad = raw_file(tmp_path, "twice.json", with_a_key_twice(edited(lambda d: None), where, key,
+                                                             first_value))
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(bad)
+    assert raised.value.field == key and "appears twice" in raised.value.rule
+    status = replay(c128a_device, bad, good_file(tmp_path), "--target", "reference")
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    [line] = [line for line in captured.err.splitlines() if "twice.json" in line]
+    assert f"field {key!r}" in line and "appears twice" in line
+    assert captured.out.count("result:   PASSES now") == 1  # the good file only
+
+
+def test_a_blob_whose_choices_do_not_fit_the_test_cannot_replay(tmp_path, capsys, c128a_device):
+    """A failure case without a batch whose blob decodes (AAAA: two choices)
+    but does not fit the test's draws: Hypothesis runs the simplest example
+    in its place, which passes; that proves nothing, so exit 2, never
+    "PASSES now". (A blob that fits still replays: test_fuzz_faults.py's
+    test_target_policy_raising_is_a_failure_with_its_blob.)"""
+    case = make_case(property="matches_oracle", target="reference", batch=None,
+                     reproduce_blob="AAAA")
+    path, _ = cases.write_case(case, tmp_path)
+    assert replay(c128a_device, path) == EXIT_USAGE
+    out = capsys.readouterr().out
+    assert "result:   CANNOT REPLAY here" in out
+    assert "the reproduce_blob cannot drive this test: its choice 0 does not fit" in out
+    assert "PASSES" not in out and "STILL FAILS" not in out
+
+
+def outside_contract_case(edit_batch) -> dict:
+    data = edited(lambda d: d.update(
+        outside_contract="max_compressed_tokens=100 must be a multiple of 128"
+    ))
+    edit_batch(data["batch"])
+    return data
+
+
+def test_outside_contract_excuses_the_width_and_capacity_only(tmp_path, capsys, c128a_device):
+    """outside_contract excuses what a target's policy chose (an unaligned
+    width); inputs malformed otherwise (a request with no block-table row)
+    are a malformed case, exit 2, not a failure replayed against the oracle."""
+    unaligned = raw_file(tmp_path, "unaligned.json",
+                         outside_contract_case(lambda b: b.update(width=100)))
+    assert cases.load_case(unaligned).batch.width == 100
+    assert replay(c128a_device, unaligned, "--target", "reference") == EXIT_OK
+    assert "result:   PASSES now" in capsys.readouterr().out
+
+    bad = raw_file(tmp_path, "malformed.json", outside_contract_case(
+        lambda b: b.update(width=100, token_to_req_indices=[3])
+    ))
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(bad)
+    assert raised.value.field == "batch"
+    assert "token_to_req_indices[0]=3 but block_table has 1 rows" in raised.value.rule
+    assert replay(c128a_device, bad, "--target", "reference") == EXIT_USAGE
+    captured = capsys.readouterr()
+    [line] = [line for line in captured.err.splitlines() if "malformed.json" in line]
+    assert "field 'batch'" in line and "token_to_req_indices[0]=3" in line
+    assert "STILL FAILS" not in captured.out

@@ -14,7 +14,8 @@ input a fuzz worker was running when it died or stopped answering),
 ``serving_loop`` (a failure of the stateful serving-loop machine: its step
 list and reproduce blob, no concrete batch). A case whose inputs break the
 contract's preconditions (the target's own policy chose them) says so in
-``outside_contract``; any other case must hold inputs inside the contract.
+``outside_contract``, which excuses the width and capacity only; any other
+case must hold inputs inside the contract.
 
 A case replays from its concrete inputs, else from its reproduce blob (the
 Hypothesis version that wrote it), else, for a serving-loop round, from its
@@ -41,6 +42,7 @@ from typing import Annotated, Any
 import torch
 from hypothesis import __version__ as HYPOTHESIS_VERSION
 from hypothesis import reproduce_failure, seed, settings
+from hypothesis.control import current_build_context
 from hypothesis.errors import DidNotReproduce
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
@@ -48,6 +50,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from ..checks.profiles import register_profiles
 from ..contract import (
     DEFAULT_PADDING_ROWS,
+    WIDTH_ALIGNMENT,
     PaddingRows,
     padding_rows_of,
     target_capacity,
@@ -134,6 +137,16 @@ class Case:
             reason = contract_breach(case.batch, case.padding_rows)
             if reason is not None:
                 raise CaseError(path, "batch", f"outside the contract: {reason}")
+        if case.batch is not None and case.outside_contract is not None:
+            # outside_contract excuses what a target's own policy chose, the
+            # width and capacity; inputs malformed in any other way are not
+            # a failure to replay.
+            reason = breach_beside_widths(case.batch, case.padding_rows)
+            if reason is not None:
+                raise CaseError(
+                    path, "batch", f"outside the contract in more than its width and capacity "
+                    f"(which outside_contract excuses): {reason}"
+                )
         if case.kind == "failure" and case.batch is None and not case.reproduce_blob:
             raise CaseError(
                 path, "batch", "missing: a failure case needs its concrete inputs or its "
@@ -157,6 +170,17 @@ def contract_breach(batch: Batch, padding_rows: str | None = None) -> str | None
     except BadArgument as exc:
         return str(exc)
     return None
+
+
+def breach_beside_widths(batch: Batch, padding_rows: str | None = None) -> str | None:
+    """Why ``batch`` breaks the contract in anything other than its width and
+    capacity, which a target's own policy chooses (an outside-contract
+    case's excuse): checked at the smallest valid width, on buffers with the
+    capacity rounded up to a valid one. None when only those two break it."""
+    capacity = max(-(-batch.capacity // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT, WIDTH_ALIGNMENT)
+    return contract_breach(
+        dataclasses.replace(batch, capacity=capacity, width=WIDTH_ALIGNMENT), padding_rows
+    )
 
 
 def new_case(*, property: str, target: str, kind: str, failure: str, **fields) -> Case:
@@ -317,15 +341,36 @@ def load_case(path: Path | str) -> Case:
     except UnicodeDecodeError as exc:
         raise CaseError(path, "<file>", f"not UTF-8 text: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_object_with_unique_keys)
     except json.JSONDecodeError as exc:
         raise CaseError(path, "<file>", f"not JSON: {exc}") from exc
+    except _DuplicateKey as exc:
+        raise CaseError(
+            path, exc.key, "appears twice in one JSON object; a reader keeps only one of the two "
+            "values, so the file does not say which it means: keep one"
+        ) from None
     except RecursionError:
         raise CaseError(path, "<file>", "JSON nested too deeply") from None
     try:
         return Case.from_json(data, path)
     except RecursionError:
         raise CaseError(path, "<file>", "JSON nested too deeply") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(key)
+
+
+def _object_with_unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (json keeps the last silently)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
 
 
 def case_files(cases_dir: Path | str) -> list[Path]:
@@ -488,15 +533,43 @@ def replay_from_blob(case: Case, prop, target, device) -> Outcome:
     problem = _blob_problem(case)
     if problem is not None:
         return Outcome(CANNOT_REPLAY, f"this {case.kind} case has no concrete inputs and {problem}")
+    misfits: list[str | None] = []
+
+    def note_the_fit(batch, run) -> None:
+        misfits.append(_blob_misfit())
+        run()
+
     test = prop.test(target, device, settings=settings(database=None, deadline=None),
-                     examples=False)
+                     examples=False, around=note_the_fit)
     reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(test)
     exc, _ = _run_pinned(test)
     if (refused := _bad_blob(exc)) is not None:
         return refused
     if exc is not None:
+        # A contract violation is one whatever example it was found on.
         return _verdict_of(exc, failure_text(exc))
+    misfit = misfits[0] if misfits else "the test never reached its check"
+    if misfit is not None:
+        return Outcome(CANNOT_REPLAY, f"the reproduce_blob cannot drive this test: {misfit}")
     return Outcome(PASSES, "the recorded example no longer fails")
+
+
+def _blob_misfit() -> str | None:
+    """Why the example running now is not the one its pinned blob records;
+    None when it is. Where a blob's choice does not fit what the test draws,
+    Hypothesis draws the simplest value instead and says so only in its
+    ConjectureData: a pass would then be of an example nobody recorded."""
+    data = getattr(current_build_context(), "data", None)
+    misaligned = getattr(data, "misaligned_at", AttributeError)
+    if misaligned is AttributeError:
+        return (f"hypothesis {HYPOTHESIS_VERSION} does not say whether the blob's choices fit "
+                "the test (ConjectureData.misaligned_at), so a pass would prove nothing")
+    if misaligned is None:
+        return None
+    index, choice_type = misaligned[0], misaligned[1]
+    return (f"its choice {index} does not fit the {choice_type} the test draws there, so "
+            f"Hypothesis drew the simplest {choice_type} instead: the example that ran is not "
+            "the one recorded")
 
 
 def _as_the_target_chooses(batch: Batch, target) -> tuple[Batch, Outcome | None]:
