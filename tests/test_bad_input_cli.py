@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import fields
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import c128a
 from c128a import cli
 from c128a.cli.fuzz import configure_parser, options_from_args
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
@@ -589,3 +591,41 @@ def test_outside_contract_excuses_the_width_and_capacity_only(tmp_path, capsys, 
     [line] = [line for line in captured.err.splitlines() if "malformed.json" in line]
     assert "field 'batch'" in line and "token_to_req_indices[0]=3" in line
     assert "STILL FAILS" not in captured.out
+
+
+# ---------------------------------------------------------------- I: paths that are not files
+
+PACKAGE_ROOT = Path(c128a.__file__).resolve().parent.parent
+
+
+def c128a_child(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m c128a.cli ARGS`` as a child process in ``cwd``, importing
+    this checkout's c128a; killed past ``timeout`` (TimeoutExpired: it hung)."""
+    python_path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "c128a.cli", *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": python_path}, timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["replay", "{fifo}", "--device", "cpu", "--target", "reference"],
+                     id="replay-case"),
+        pytest.param(["fuzz", "--config", "{fifo}", "--device", "cpu", "--target", "reference",
+                      "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live"],
+                     id="fuzz-config"),
+    ],
+)
+def test_a_named_pipe_is_refused_at_once(tmp_path, command):
+    """A FIFO given as a case file or as --config is refused at once (exit
+    2) naming the path: opening it would wait for a writer forever."""
+    fifo = tmp_path / "case.fifo"
+    os.mkfifo(fifo)
+    # Start-up takes seconds; a hang is TimeoutExpired.
+    done = c128a_child(*[part.format(fifo=fifo) for part in command], cwd=tmp_path, timeout=30)
+    assert done.returncode == EXIT_USAGE, done
+    [line] = [line for line in done.stderr.splitlines() if str(fifo) in line]
+    assert "is a named pipe (FIFO), not a regular file" in line
+    assert "Traceback" not in done.stderr

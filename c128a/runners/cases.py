@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,9 +327,33 @@ MAX_CASE_BYTES = 64 << 20
 """The largest case file read (a 1M-context step's table is a few MB)."""
 
 
+FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def regular_file_problem(path: Path | str) -> str | None:
+    """Why ``path`` cannot be read as a file, found without opening it (a
+    FIFO's open waits for a writer, forever); None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for is_kind, name in FILE_KINDS if is_kind(mode)), "a special file")
+    return f"is {kind}, not a regular file; name a regular file"
+
+
 def load_case(path: Path | str) -> Case:
     """Read and validate one case file; anything wrong with it is a
     :class:`~c128a.failures.CaseError` naming the file, the field and the rule."""
+    if (problem := regular_file_problem(path)) is not None:
+        raise CaseError(path, "<file>", problem)
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_CASE_BYTES + 1)

@@ -18,7 +18,13 @@ from ...contract import PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
 from ...step.schema import read_value, type_hints
 from ...targets import import_object
-from ..cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES, SERVING_LOOP
+from ..cases import (
+    DEFAULT_CASES_DIR,
+    DEFAULT_MACHINE,
+    DEFAULT_PROPERTIES,
+    SERVING_LOOP,
+    regular_file_problem,
+)
 from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
 
 DEFAULT_DB = ".hypothesis/fuzz"
@@ -100,6 +106,8 @@ def load_config_file(path: str) -> FuzzOptions:
     """The ``[fuzz]`` table of a TOML file, every key checked against
     :class:`FuzzOptions` (a :class:`~c128a.failures.UsageError` names the
     file, the key and the rule)."""
+    if (problem := regular_file_problem(path)) is not None:
+        raise UsageError(f"--config {path}: {problem}")
     try:
         with open(path, "rb") as handle:
             data = tomllib.load(handle)
