@@ -629,3 +629,25 @@ def test_a_named_pipe_is_refused_at_once(tmp_path, command):
     [line] = [line for line in done.stderr.splitlines() if str(fifo) in line]
     assert "is a named pipe (FIFO), not a regular file" in line
     assert "Traceback" not in done.stderr
+
+
+def test_a_replay_child_never_imports_from_the_current_folder(tmp_path, capsys, monkeypatch,
+                                                              c128a_device):
+    """A crash case replays in a child process; a rich.py (a module the
+    child imports) in the current folder must not run there, even with an
+    empty PYTHONPATH entry, which means the current folder."""
+    folder = tmp_path / "cwd"
+    folder.mkdir()
+    marker = tmp_path / "rich-imported.marker"
+    (folder / "rich.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).touch()\n"
+    )
+    crash, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference", kind="crash"), tmp_path
+    )
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "") + os.pathsep)
+    status = replay(c128a_device, crash, "--target", "reference")
+    out = capsys.readouterr().out
+    assert not marker.exists(), "the replay's child imported rich.py from the current folder"
+    assert status == EXIT_OK and "result:   PASSES now" in out

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import site
 import subprocess
 import sys
+from pathlib import Path
 
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError
 from ..runners.cases import (
@@ -33,6 +35,8 @@ from ..targets.specs import DECLARED
 from .common import add_target_arguments, choose_device, load, padding_rows_override
 
 ISOLATED_KINDS = ("crash", "hang")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding the c128a package this process runs."""
 DEFAULT_TIMEOUT_S = 300.0
 
 
@@ -133,7 +137,9 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
 def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str):
     """A crash or hang case in its own process, under ``--timeout``: a crash
     or a timeout there means the target still fails; this process goes on."""
-    command = [sys.executable, "-m", "c128a.cli", "replay", file, "--in-process",
+    # -P: the current folder stays off the child's sys.path, so a rich.py (or
+    # any module the child imports) lying there is never run.
+    command = [sys.executable, "-P", "-m", "c128a.cli", "replay", file, "--in-process",
                "--device", device, "--target", spec, "--properties", args.properties,
                "--machine", args.machine,
                *(["--padding-rows", args.padding_rows] if args.padding_rows else [])]
@@ -141,7 +147,7 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
     sys.stderr.flush()
     try:
         child = subprocess.run(command, timeout=args.timeout, stdout=_child_stream(sys.stdout),
-                               stderr=_child_stream(sys.stderr))
+                               stderr=_child_stream(sys.stderr), env=_child_environment())
     except subprocess.TimeoutExpired as exc:
         _relay(exc.stdout, sys.stdout)
         _relay(exc.stderr, sys.stderr)
@@ -162,6 +168,27 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
               f"{child.returncode}\n")
         return EXIT_FAILED
     return child.returncode
+
+
+def _child_environment() -> dict[str, str]:
+    """This process's environment for a replay's child, with the folder this
+    c128a is imported from first on PYTHONPATH unless the child finds it
+    there or in site-packages anyway: a checkout run as ``python -m
+    c128a.cli`` from its own folder was found through the current folder,
+    which -P leaves out."""
+    environment = dict(os.environ)
+    # An empty entry (PYTHONPATH=":/x") would put the current folder back.
+    entries = [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    found = {Path(entry).resolve() for entry in entries}
+    found |= {Path(folder).resolve() for folder in (*site.getsitepackages(),
+                                                    site.getusersitepackages())}
+    if PACKAGE_ROOT not in found:
+        entries.insert(0, str(PACKAGE_ROOT))
+    if entries:
+        environment["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        environment.pop("PYTHONPATH", None)
+    return environment
 
 
 def _child_stream(handle):
