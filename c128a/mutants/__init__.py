@@ -5,11 +5,15 @@ contract's table; ``c128a.mutants:NAME`` is its target spec. They are pure
 torch on top of the oracle's arithmetic: fast, and runnable on CPU and CUDA
 tensors alike. Builder faults live in :mod:`.builders`, faults of a builder that
 remembers its earlier calls in :mod:`.stateful`, width-policy faults in
-:mod:`.policies`; :data:`MUTANTS` describes each. (A fault only a compiled
+:mod:`.policies`, and faults only the strategies' wider reach shows in
+:mod:`.engine_scale` (thousands of tokens, hundreds of requests),
+:mod:`.layouts` (buffers inside larger allocations) and :mod:`.geometry`
+(divisions by R and B); :data:`MUTANTS` describes each. (A fault only a compiled
 kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
 """
 
-from . import builders, policies, stateful  # noqa: F401  (they register the mutants)
+# Importing a module registers its mutants.
+from . import builders, engine_scale, geometry, layouts, policies, stateful  # noqa: F401
 from .registry import MUTANTS, Mutant
 
 __all__ = ["MUTANTS", "Mutant"]

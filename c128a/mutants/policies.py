@@ -96,3 +96,33 @@ policy_mutant(
     ("width_policy",),
     active_topk_width=_clamps_at_capture_edge,
 )
+
+
+def _width_assumes_ratio_128(max_seq_len, compress_ratio, capacity, *, batch_invariant=None):
+    # The engine's R where the argument should be: right only at R = 128.
+    return policy.active_topk_width(max_seq_len, COMPRESS_RATIO, capacity,
+                                    batch_invariant=batch_invariant)
+
+
+def _capacity_rounds_down(max_model_len, compress_ratio=COMPRESS_RATIO):
+    # floor(L / R) entries: one short when R does not divide L.
+    entries = max(max_model_len // compress_ratio, 1)
+    return -(-entries // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+
+
+policy_mutant(
+    "width_assumes_ratio_128",
+    "W computed from max_seq_len // 128 whatever the compress ratio it is given: right "
+    "at the engine's R = 128 only",
+    "R and B hard-coded",
+    ("width_policy",),
+    active_topk_width=_width_assumes_ratio_128,
+)
+policy_mutant(
+    "capacity_rounds_down",
+    "C from floor(max_model_len / R) entries, not ceil: one 128-column tile short when R "
+    "does not divide max_model_len and the floor is a multiple of 128",
+    "capture at the edge",
+    ("width_policy",),
+    capacity_width=_capacity_rounds_down,
+)

@@ -112,3 +112,48 @@ def _build_remembers_last_write(args: BuildArgs) -> Views:
         prefill=prefill.clone(),
     )
     return returned_views(args)
+
+
+@dataclass
+class _LastWidth:
+    storages: tuple[StorageWeakRef, ...]
+    width: int
+
+    def alive(self) -> bool:
+        return not any(storage.expired() for storage in self.storages)
+
+
+_last_widths: dict[tuple, _LastWidth] = {}
+
+
+@builder_mutant(
+    "remembers, per buffer address, the width of its last build there, and writes the -1 "
+    "sentinel only in columns below it, counting on the buffers' first fill for the "
+    "columns past it: a build wider than the last one leaves whatever an earlier, "
+    "narrower step's memory held in [W_last, W)",
+    "history dependence",
+    ("history_independent",),
+)
+def _build_sentinels_only_up_to_last_width(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    width = args.max_compressed_tokens
+    key = _memory_key(args)
+    last = _last_widths.get(key)
+    known = last.width if last is not None and last.alive() else width
+    d, p = decode.shape[0], prefill.shape[0]
+    args.global_decode_buffer[:d, :min(width, known)] = decode[:, :known]
+    args.prefill_buffer[:p, :min(width, known)] = prefill[:, :known]
+    if width > known:
+        # Past the last width only the active entries: their -1s are "already there".
+        for buffer, rows in ((args.global_decode_buffer, decode), (args.prefill_buffer, prefill)):
+            region = buffer[: rows.shape[0], known:width]
+            tail = rows[:, known:]
+            region.copy_(torch.where(tail >= 0, tail, region))
+    args.decode_lens_buffer[:d] = lens
+    for stale in [k for k, memo in _last_widths.items() if not memo.alive()]:
+        del _last_widths[stale]
+    _last_widths[key] = _LastWidth(
+        tuple(StorageWeakRef(buffer.untyped_storage()) for buffer in _buffers(args)), width
+    )
+    return returned_views(args)
