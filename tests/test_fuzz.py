@@ -40,7 +40,7 @@ PAGES = WIDTH // 2
 THRESHOLD = 1000
 
 
-def small_batches(target, max_tokens: int | None = None) -> st.SearchStrategy[Batch]:
+def small_batches(target, max_tokens: int | None = None, budget=None) -> st.SearchStrategy[Batch]:
     """1-4 decode tokens (or up to max_tokens), one request each, at W = C = 128;
     shrinks to one token at 0."""
     max_tokens = 4 if max_tokens is None else max_tokens

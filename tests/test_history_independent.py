@@ -32,7 +32,9 @@ def _check_earlier(batch: Batch) -> None:
     earlier.validate()  # inside the contract: a correct target builds it
     for name in ("buffer_rows", "capacity", "prefill_extra_columns", "num_decode_tokens"):
         assert getattr(earlier, name) == getattr(batch, name), name
-    assert earlier.width == widest_width(batch) >= batch.width
+    # The width the step records for the step before it, or the widest.
+    assert earlier.width == (batch.prior_width or widest_width(batch))
+    assert widest_width(batch) >= max(earlier.width, batch.width)
     assert earlier.num_tokens == batch.num_tokens
     replayed = _round_trip(batch)
     assert earlier_step(replayed) == earlier

@@ -19,10 +19,11 @@ from c128a.failures import BadArgument, InvariantViolation, TargetRaised
 from c128a.runners.cases import contract_breach
 from c128a.step import build, oracle_build
 from c128a.strategies import HISTORICAL_BATCHES, batches
+from c128a.strategies.reach import buckets_of
 from c128a.targets import PADDING_ROWS_ENV, load_target
 
 STALE = HISTORICAL_BATCHES["stale_padding_past_its_request"]
-LABEL = "stale padding past its request"
+STALE_BUCKET = ("padding position", "stale, past its request")
 DRAWS = settings(max_examples=300, database=None, derandomize=True,
                  suppress_health_check=list(HealthCheck), deadline=None)
 
@@ -57,7 +58,7 @@ def test_strategies_reach_stale_padding_inside_the_contract_of_each_variant(vari
     @DRAWS
     @given(batches(load_target("reference", variant)))
     def draw(batch):
-        if LABEL in batch.labels:
+        if STALE_BUCKET in buckets_of(batch).items():
             seen["stale"] += 1
         if _past_the_table(batch):
             seen["past the table"] += 1

@@ -143,41 +143,78 @@ def check_views(target, result: BuildResult) -> None:
 
 def check_untouched_memory(target, result: BuildResult, before: Buffers) -> None:
     """Invariant: every element outside the written region still holds what it
-    held before the call (the poison, for fresh buffers)."""
+    held before the call (the poison, for fresh buffers): in the buffers, and
+    in the rest of the memory they are views of (a storage offset's
+    elements before them, the gaps between rows of a row stride above their
+    columns, the other buffers of one pool)."""
     batch, width = result.batch, result.width
     d, t = batch.num_decode_tokens, batch.num_tokens
     after = result.on_host().buffers
     if before.global_decode.device != after.global_decode.device:
         before = before.host_copy()
-    regions = (
-        ("global_decode_buffer", after.global_decode, before.global_decode, d,
-         decode_width(target, result)),
-        ("prefill_buffer", after.prefill, before.prefill, t - d, width),
-        ("decode_lens_buffer", after.decode_lens, before.decode_lens, d, None),
+    written = (
+        ("global_decode_buffer", d, decode_width(target, result)),
+        ("decode_lens_buffer", d, None),
+        ("prefill_buffer", t - d, width),
     )
-    for what, now, was, rows, columns in regions:
-        outside = torch.ones_like(now, dtype=torch.bool)
+    masks = [torch.zeros(m.numel(), dtype=torch.bool) for m in after.memory]
+    spans = []  # (allocation, first element, buffer name, buffer view, written rows, columns)
+    for (what, rows, columns), buffer in zip(written, after.as_tuple()):
+        index, offset = _place(after, buffer)
+        region = masks[index].as_strided(buffer.shape, buffer.stride(), offset)
         if columns is None:
-            outside[:rows] = False
+            region[:rows] = True
         else:
-            outside[:rows, :columns] = False
-        changed = outside & (now != was)
+            region[:rows, :columns] = True
+        spans.append((index, offset, what, buffer, rows, columns))
+    for index, (now, was, mask) in enumerate(zip(after.memory, before.memory, masks)):
+        changed = ~mask & (now.reshape(-1) != was.reshape(-1))
         hits = torch.nonzero(changed)
         if not hits.numel():
             continue
-        index = tuple(int(i) for i in hits[0])
-        if columns is None:
-            where = f"{what}[{index[0]}] (only rows < {rows} may be written)"
-        else:
-            row, column = index
-            why = f"row {row} >= {rows} written rows" if row >= rows else f"column {column} >= W"
-            where = f"{what}[{row}, {column}] ({why})"
+        element = int(hits[0])
         raise InvariantViolation(
             "untouched_memory",
-            f"{where} changed from {int(was[index])} to {int(now[index])}; "
+            f"{_where(element, index, spans, width)} changed from "
+            f"{int(was.reshape(-1)[element])} to {int(now.reshape(-1)[element])}; "
             f"{int(changed.sum())} element(s) outside the written region changed; "
             + setting(batch, width),
         )
+
+
+def _place(buffers: Buffers, buffer: torch.Tensor) -> tuple[int, int]:
+    """(allocation index, element offset in it) of one of ``buffers``."""
+    for index, memory in enumerate(buffers.memory):
+        if memory.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr():
+            return index, buffer.storage_offset() - memory.storage_offset()
+    raise AssertionError("a buffer outside its own allocations")
+
+
+def _where(element: int, allocation: int, spans, width: int) -> str:
+    """Element ``element`` of an allocation, named by the buffer, row and
+    column it is (or the gap it lies in) for the diff."""
+    for index, first, what, buffer, rows, columns in spans:
+        if index != allocation or element < first:
+            continue
+        if columns is None:
+            if element < first + buffer.shape[0]:
+                return f"{what}[{element - first}] (only rows < {rows} may be written)"
+            continue
+        stride = buffer.stride(0)
+        row, column = divmod(element - first, stride)
+        if row >= buffer.shape[0]:
+            continue
+        if column >= buffer.shape[1]:
+            return (
+                f"the gap after {what} row {row} (element {column} of its row stride "
+                f"{stride}, past its {buffer.shape[1]} columns)"
+            )
+        why = f"row {row} >= {rows} written rows" if row >= rows else f"column {column} >= W"
+        return f"{what}[{row}, {column}] ({why})"
+    return (
+        f"element {element} of allocation {allocation}, outside every buffer (the "
+        "memory around the buffers: a storage offset's elements, a pool's gaps)"
+    )
 
 
 def check_padding(target, result: BuildResult) -> None:

@@ -22,7 +22,6 @@ import json
 
 import torch
 
-from ..contract import WIDTH_ALIGNMENT
 from ..failures import HarnessError, InvariantViolation
 from ..step import POISON, Batch, Buffers, build
 from .one_build import check_matches_oracle, decode_width, expected_result
@@ -33,13 +32,8 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def widest_width(batch: Batch) -> int:
-    """The widest W the step's buffers allow: the largest multiple of 128 that
-    fits both the decode buffer (C columns) and the prefill buffer (C plus
-    ``prefill_extra_columns``), so C itself for every capacity the contract
-    knows; the step's own W if no multiple fits."""
-    columns = min(batch.capacity, batch.capacity + batch.prefill_extra_columns)
-    widest = columns // WIDTH_ALIGNMENT * WIDTH_ALIGNMENT
-    return widest if widest >= max(batch.width, 1) else batch.width
+    """:attr:`~c128a.step.Batch.widest_width`: the widest W the buffers allow."""
+    return batch.widest_width
 
 
 def _last_position(length: int, ratio: int) -> int:
@@ -51,9 +45,11 @@ def earlier_step(batch: Batch) -> Batch:
     """The step an engine might have built into the same buffers before
     ``batch``, derived from ``batch`` alone (so a saved case replays it).
 
-    Same buffer geometry (rows, C, prefill buffer, R, B, block table), same
-    decode/prefill split, at the widest width the buffers allow
-    (:func:`widest_width`), with different rows in every buffer:
+    Same buffer geometry (rows, C, prefill buffer, R, B, block table, buffer
+    layout), same decode/prefill split, at the step's ``prior_width`` (the
+    widest width the buffers allow where it is 0, :func:`widest_width`;
+    narrower than, equal to or wider than the step's own W), with different
+    rows in every buffer:
 
     - decode token t gets decode token t' = D - 1 - t's request and length
       n(t') (the decode tokens in reverse order; half that length where t'
@@ -69,7 +65,7 @@ def earlier_step(batch: Batch) -> Batch:
     with the chosen length.
     """
     d, t = batch.num_decode_tokens, batch.num_tokens
-    ratio, width = batch.compress_ratio, widest_width(batch)
+    ratio, width = batch.compress_ratio, batch.earlier_width
 
     def length(index: int) -> int:
         return min((batch.positions[index] + 1) // ratio, batch.width)
@@ -82,7 +78,8 @@ def earlier_step(batch: Batch) -> Batch:
         requests[index] = chosen[0]
         lengths.append(chosen[1] // 2 if chosen == own else chosen[1])
     for index in range(d, t):
-        mirrored = width - length(index)
+        # At a narrower earlier width a long row's mirror is clamped to 0.
+        mirrored = max(width - length(index), 0)
         lengths.append(width if mirrored == length(index) else mirrored)
     positions = tuple(_last_position(n, ratio) for n in lengths)
     slots = tuple(
@@ -94,6 +91,7 @@ def earlier_step(batch: Batch) -> Batch:
         token_to_req_indices=tuple(requests),
         slot_mapping=slots + tuple(batch.slot_mapping[t:]),
         width=width,
+        prior_width=0,
         labels=("earlier step",),
     )
 

@@ -18,7 +18,7 @@ that model length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -29,6 +29,8 @@ from hypothesis.strategies import SearchStrategy
 
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches
+from ..strategies.budget import SizeBudget, size_budget
+from ..strategies.reach import MODEL_LENGTH_ONLY, ONE_BUILD, Exclusions, labels_of
 from .bad_input import check_rejects_bad_input
 from .differential import check_adaptive_equals_full, check_idempotent, check_independent
 from .one_build import (
@@ -45,23 +47,29 @@ __all__ = ["PROPERTIES", "Property"]
 
 Check = Callable[[object, Batch, torch.device], None]
 Around = Callable[[Batch, Callable[[], None]], None]
+Strategy = Callable[[object, "int | None", "SizeBudget | None"], SearchStrategy[Batch]]
 
 
 @dataclass(frozen=True)
 class Property:
-    """One invariant, ready to run: ``strategy(target, max_tokens)`` draws the
-    batches (engine steps of up to ``max_tokens`` tokens, or the property's
-    default size for None); ``check(target, batch, device)`` raises a
-    :class:`~c128a.failures.ContractViolation` when ``target`` breaks it on
-    ``batch``; ``examples`` run first; ``unsupported(target)`` says why the
-    property cannot be checked on a target (None when it can)."""
+    """One invariant, ready to run: ``strategy(target, max_tokens, budget)``
+    draws the batches (engine steps of up to ``max_tokens`` tokens, or the
+    property's default size for None, and now and then an engine-scale step
+    within ``budget``, :mod:`c128a.strategies.budget`); ``check(target,
+    batch, device)`` raises a :class:`~c128a.failures.ContractViolation` when
+    ``target`` breaks it on ``batch``; ``examples`` run first;
+    ``unsupported(target)`` says why the property cannot be checked on a
+    target (None when it can); ``reach`` names the buckets of the input
+    space (:mod:`c128a.strategies.reach`) its strategy never draws by design:
+    its examples report every other dimension's bucket with ``event()``."""
 
     name: str
-    strategy: Callable[[object, int | None], SearchStrategy[Batch]]
+    strategy: Strategy
     check: Check
     doc: str = ""
     examples: tuple[Batch, ...] = ()
     unsupported: Callable[[object], str | None] = lambda target: None
+    reach: Exclusions = field(default_factory=lambda: ONE_BUILD)
 
     def test(
         self,
@@ -81,14 +89,17 @@ class Property:
         alone). ``around(batch, run)`` wraps every example: it must call
         ``run()`` (the check) and may do what a runner needs before and after.
         ``examples=False`` leaves out the historical steps (a replay pinned to
-        one recorded example). The test's database key is the property's
-        name, so every run, worker and machine sharing a database replays the
-        failures of that property.
+        one recorded example). Step sizes follow ``device``'s budget
+        (:func:`~c128a.strategies.budget.size_budget`). The test's database
+        key is the property's name, so every run, worker and machine sharing
+        a database replays the failures of that property.
         """
-        check, strategy = self.check, self.strategy(target, max_tokens)
+        check = self.check
+        strategy = self.strategy(target, max_tokens, size_budget(device))
+        reach = self.reach
 
         def run_property(batch: Batch) -> None:
-            observe(batch)
+            observe(batch, reach)
             if around is None:
                 check(target, batch, device)
             else:
@@ -108,9 +119,10 @@ class Property:
         self.check(target, batch, device)
 
 
-def observe(batch: Batch) -> None:
-    """Report what kind of step ran (``event``) and how big it was (``target``)."""
-    for label in batch.labels:
+def observe(batch: Batch, reach: Exclusions = ONE_BUILD) -> None:
+    """Report where the step falls in the input space (``event``, one per
+    dimension ``reach`` leaves in) and how big it was (``target``)."""
+    for label in labels_of(batch, reach):
         event(label)
     for score, label in (
         (batch.num_tokens, "tokens"),
@@ -125,61 +137,64 @@ def observe(batch: Batch) -> None:
 # ---------------------------------------------------------------- strategies
 
 
-def _token_budget(max_tokens: int | None, default: int = 32) -> dict:
+def _token_budget(max_tokens: int | None, budget: SizeBudget | None, default: int = 32) -> dict:
     """Keywords of :func:`~c128a.strategies.batches` for steps of up to
-    ``max_tokens`` tokens: enough decode requests (8 tokens each at most) and
-    prefill chunk length to reach it; the property's default size for None."""
+    ``max_tokens`` tokens (the property's ``default`` size for None): enough
+    decode requests (8 tokens each at most) and prefill chunk length to reach
+    it; engine-scale steps within ``budget``."""
     if max_tokens is None:
-        return {"max_tokens": default}
+        return {"max_tokens": default, "budget": budget}
     return {
         "max_tokens": max_tokens,
         "max_decode_requests": max(6, max_tokens // 8),
         "max_prefill_chunk": max(24, max_tokens // 4),
+        "budget": budget,
     }
 
 
-def engine_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
-    return batches(target, **_token_budget(max_tokens))
+def engine_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    return batches(target, **_token_budget(max_tokens, budget))
 
 
-def steps_with_decode(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+def steps_with_decode(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Every bad-input case that needs a decode token applies.
-    return batches(target, min_decode_requests=1, **_token_budget(max_tokens))
+    return batches(target, min_decode_requests=1, **_token_budget(max_tokens, budget))
 
 
-def views_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+def views_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Half the steps speculative with more decode rows than one 64-row block
     # (vllm#53574: a consumer checks contiguity only above 64 rows).
     many = max(max_tokens or 0, 96)
     return st.one_of(
-        engine_steps(target, max_tokens),
+        engine_steps(target, max_tokens, budget),
         batches(target, max_tokens=many, min_decode_requests=12, max_decode_requests=16,
                 max_prefill_requests=1, max_prefill_chunk=8),
     )
 
 
-def policy_width_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+def policy_width_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Two builds, one at the full capacity (up to 8,192 columns): fewer tokens.
-    return batches(target, widths="policy", **_token_budget(max_tokens, default=16))
+    return batches(target, widths="policy", **_token_budget(max_tokens, budget, default=16))
 
 
-def other_geometry_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
-    return batches(target, geometries=True, **_token_budget(max_tokens))
+def other_geometry_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    return batches(target, geometries=True, **_token_budget(max_tokens, budget))
 
 
-def history_steps(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
+def history_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Engine steps (widths "any": a W below C leaves the earlier, wider step's
-    columns [W, C) behind). The pair a build is judged on, the step and the
-    earlier step built into its memory before it, is derived from the one
-    drawn step (:func:`~c128a.checks.prior_content.earlier_step`), and so is
-    the random prior content's seed: the saved Batch alone replays all of it.
-    Five builds an example: fewer tokens by default."""
-    return batches(target, **_token_budget(max_tokens, default=16))
+    columns [W, C) behind), each recording the width of the earlier step built
+    into its buffers before it (``prior_width``: narrower, the same, wider).
+    The pair a build is judged on, the step and that earlier step, is derived
+    from the one drawn step (:func:`~c128a.checks.prior_content.earlier_step`),
+    and so is the random prior content's seed: the saved Batch alone replays
+    all of it. Five builds an example: fewer tokens by default."""
+    return batches(target, prior_widths=True, **_token_budget(max_tokens, budget, default=16))
 
 
-def model_lengths(target, max_tokens: int | None = None) -> SearchStrategy[Batch]:
-    # Only max_model_len matters; no tokens keeps the draw cheap.
-    return batches(target, max_tokens=0, max_buffer_rows=8)
+def model_lengths(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    # Only max_model_len and R matter; no tokens keeps the draw cheap.
+    return batches(target, max_tokens=0, max_buffer_rows=8, geometries=True)
 
 
 # ---------------------------------------------------------------- checks of one batch
@@ -237,7 +252,10 @@ PROPERTIES: dict[str, Property] = {
     prop.name: prop
     for prop in (
         _property("matches_oracle", _matches_oracle, invariant=check_matches_oracle),
-        _property("adaptive_equals_full", check_adaptive_equals_full, policy_width_steps),
+        _property("adaptive_equals_full", check_adaptive_equals_full, policy_width_steps,
+                  reach={**ONE_BUILD, "width against need": (
+                      "narrower than the longest list (clamps)",
+                      "wider than the policy's, below C")}),
         _property("views", _views, views_steps, invariant=check_views),
         _property("untouched_memory", _untouched_memory, invariant=check_untouched_memory),
         _property("padding", _padding, invariant=check_padding),
@@ -246,10 +264,14 @@ PROPERTIES: dict[str, Property] = {
         _property(
             "rejects_bad_input", _rejects_bad_input, steps_with_decode,
             invariant=check_rejects_bad_input, unsupported=_needs_validation,
+            reach={**ONE_BUILD, "tokens T": ("0",), "requests": ("0",), "decode rows": ("0",),
+                   "decode/prefill mix": ("no tokens", "prefill only")},
         ),
-        _property("width_policy", _width_policy, model_lengths, invariant=check_width_policy),
+        _property("width_policy", _width_policy, model_lengths, invariant=check_width_policy,
+                  reach=MODEL_LENGTH_ONLY),
         _property("other_geometries", _other_geometries, other_geometry_steps),
-        _property("history_independent", check_history_independent, history_steps),
+        _property("history_independent", check_history_independent, history_steps,
+                  reach={}),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""

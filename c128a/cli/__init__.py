@@ -15,12 +15,13 @@ import argparse
 import sys
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
-from . import bench, fuzz, mutants, replay, sanitize
+from . import bench, fuzz, mutants, reach, replay, sanitize
 
 SUBCOMMANDS = {
     "fuzz": (fuzz, "run the property suite and the serving-loop machine for a time"),
     "replay": (replay, "rerun saved failure cases and print their diffs"),
     "mutants": (mutants, "run the suite against every mutant; print the kill matrix"),
+    "reach": (reach, "draw each property's steps; list the input-space buckets none reached"),
     "bench": (bench, "benchmark the kernel against the baseline (GPU), or a property's throughput"),
     "sanitize": (sanitize, "build steps under compute-sanitizer memcheck and initcheck (GPU)"),
 }

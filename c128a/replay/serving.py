@@ -31,6 +31,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precond
 
 from ..checks import check_step
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
+from ..strategies.reach import BY_NAME, WIDTH_HISTORY
 from ..failures import HarnessError
 from ..step import Batch, StepRequest, assemble_batch
 from .harness import ReplayHarness
@@ -43,6 +44,9 @@ MAX_REQUESTS = 4
 MAX_QUERY_TOKENS = MAX_QUERY_TOKENS_PER_DECODE  # one token plus up to 7 accepted drafts
 CAPTURE_LIMIT = 16  # decode: MAX_QUERY_TOKENS + (MAX_REQUESTS - 1); prefill: MAX_REQUESTS * 4
 TABLE_PADDING = -7  # block-table entries past a request's pages (never read)
+
+
+WIDTH_HISTORY_DIMENSION = BY_NAME[WIDTH_HISTORY]
 
 
 def contexts(max_model_len: int) -> st.SearchStrategy[int]:
@@ -320,9 +324,15 @@ def build_machine(
         def _observe(self, outcome) -> None:
             width = outcome.width
             event(f"W={width}")
+            if self.last_width is not None:
+                # The reach's width history (c128a.strategies.reach): this
+                # step against the one built before it into the same buffers.
+                event(WIDTH_HISTORY_DIMENSION.label(
+                    "same W" if width == self.last_width
+                    else "wider than the last build" if width > self.last_width
+                    else "narrower than the last build"))
             if self.last_width is not None and width != self.last_width:
                 self.width_changes += 1
-                event("width crosses up" if width > self.last_width else "width crosses down")
                 if width < self.last_width:
                     drop = self.last_width.bit_length() - width.bit_length()
                     self.largest_drop = max(self.largest_drop, drop)

@@ -192,13 +192,16 @@ def rich_table(matrix, expect_pass) -> Table:
     return table
 
 
-def update_readme(path: Path, table: str) -> None:
+def update_readme(path: Path, table: str, start: str = README_START, end: str = README_END,
+                  what: str = "the kill matrix") -> None:
+    """Replace the text between the ``start`` and ``end`` markers of ``path``
+    with ``table``."""
     text = path.read_text()
-    pattern = re.compile(re.escape(README_START) + r".*?" + re.escape(README_END), re.DOTALL)
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
     if not pattern.search(text):
         raise UsageError(
-            f"--update-readme {path} has no {README_START} ... {README_END} markers; add them "
-            "where the kill matrix belongs"
+            f"--update-readme {path} has no {start} ... {end} markers; add them "
+            f"where {what} belongs"
         )
-    replacement = f"{README_START}\n{table}\n{README_END}"
+    replacement = f"{start}\n{table}\n{end}"
     path.write_text(pattern.sub(lambda _: replacement, text, count=1))

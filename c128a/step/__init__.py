@@ -3,6 +3,7 @@
 persistent buffers, and one build of a step into them."""
 
 from .batch import (
+    MAX_BUFFER_ELEMENTS,
     MAX_BUFFER_ROWS,
     PAGE_PRIME,
     Batch,
@@ -12,16 +13,19 @@ from .batch import (
     PermutedBlockTable,
     StepRequest,
     assemble_batch,
+    page_modulus,
 )
-from .buffers import POISON, Buffers, BuildResult, build, oracle_build
+from .buffers import POISON, BufferLayout, Buffers, BuildResult, build, oracle_build
 
 __all__ = [
+    "MAX_BUFFER_ELEMENTS",
     "MAX_BUFFER_ROWS",
     "PAGE_PRIME",
     "POISON",
     "Batch",
     "BatchTensors",
     "BlockTable",
+    "BufferLayout",
     "Buffers",
     "BuildResult",
     "PaddingToken",
@@ -30,4 +34,5 @@ __all__ = [
     "assemble_batch",
     "build",
     "oracle_build",
+    "page_modulus",
 ]

@@ -26,18 +26,65 @@ from ..contract import (
     MAX_CAPACITY,
     MAX_MODEL_LEN,
     SLOTS,
+    WIDTH_ALIGNMENT,
     BuildArgs,
     check_build_arguments,
 )
 from .. import phases
 from ..failures import BadArgument, CaseError
 from . import schema
-from .buffers import Buffers, upload
+from .buffers import BufferLayout, Buffers, upload
 from .schema import Int32, Int64, Range
 
 PAGE_PRIME = 1_000_003
 """Page numbers are an affine permutation modulo this prime: unique, shuffled,
-and small enough that ``page * block_size`` fits in int32."""
+and small enough that ``page * block_size`` fits in int32 up to B = 2,147
+(:func:`page_modulus` picks a smaller one for larger block sizes)."""
+
+INT32_MAX = 2**31 - 1
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for n < 3.3e24 (the first 12 primes as bases)."""
+    if n < 2:
+        return False
+    bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+    for p in bases:
+        if n % p == 0:
+            return n == p
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in bases:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=256)
+def page_modulus(block_size: int, pages: int = 0) -> int:
+    """The prime page numbers are permuted modulo for a table of ``pages``
+    pages at ``block_size``: :data:`PAGE_PRIME` where every slot id
+    ``page * B + j % B`` fits in int32 and the pages fit, else the largest
+    prime that keeps slot ids in int32 (a block size of 65,536 leaves 32,749
+    page numbers). Raises BadArgument when the pages cannot all be unique."""
+    if pages <= PAGE_PRIME and PAGE_PRIME * block_size <= INT32_MAX:
+        return PAGE_PRIME
+    candidate = INT32_MAX // block_size - 1
+    while candidate >= 2 and not _is_prime(candidate):
+        candidate -= 1
+    if candidate < max(pages, 2):
+        raise BadArgument(
+            f"{pages:,} unique pages at block_size={block_size} do not fit int32 slot ids"
+        )
+    return candidate
 
 MAX_BUFFER_ROWS = 65_536
 """The most rows a step's buffers may have: 8x the contract's typical
@@ -50,6 +97,10 @@ a case's buffers are allocated."""
 
 MAX_TABLE_ELEMENTS = 1 << 24
 """The most block-table entries a saved step may have."""
+
+MAX_BUFFER_GAP = 1 << 16
+"""The most elements a buffer may start into its allocation (and lie apart
+from the next buffer in a pool)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,14 +117,21 @@ class PermutedBlockTable(Sequence):
     to handle one Python int at a time on every example.
     """
 
-    pages_needed: tuple[int, ...]
-    width: int
-    scale: int = 1
-    offset: int = 0
-    junk: int = -7
-    prime: int = PAGE_PRIME
+    pages_needed: tuple[Annotated[int, Range(0, 1 << 24)], ...]
+    width: Annotated[int, Range(0, 1 << 24)]
+    scale: Annotated[int, Range(1, INT32_MAX)] = 1
+    offset: Annotated[int, Range(0, INT32_MAX)] = 0
+    junk: Int32 = -7
+    prime: Annotated[int, Range(2, INT32_MAX)] = PAGE_PRIME
 
     def __post_init__(self):
+        if self.pages_needed and max(self.pages_needed) < 0:
+            raise BadArgument(f"pages_needed={self.pages_needed!r:.60} must be >= 0")
+        if sum(self.pages_needed) > self.prime:
+            raise BadArgument(
+                f"{sum(self.pages_needed):,} pages do not fit prime={self.prime:,}: they "
+                "would repeat"
+            )
         if self.width < max(self.pages_needed, default=0):
             raise BadArgument(
                 f"width={self.width} < the largest row need {max(self.pages_needed)}"
@@ -106,6 +164,12 @@ class PermutedBlockTable(Sequence):
 
     def __hash__(self) -> int:
         return hash(tuple(self))
+
+    def to_json(self) -> dict[str, Any]:
+        """The description itself: a table of an engine-scale step (hundreds
+        of requests, thousands of pages each) stays a few numbers in a case."""
+        return {f.name: list(v) if isinstance(v, tuple) else v
+                for f in dataclasses.fields(self) for v in (getattr(self, f.name),)}
 
     def array(self) -> np.ndarray:
         """The rows as an int32 array [len(self), width]. Only the needed
@@ -155,6 +219,14 @@ class Batch:
     compress_ratio: Size = COMPRESS_RATIO
     block_size: Size = BLOCK_SIZE
     table_junk: Int32 = -7  # fills the table's columns past its width
+    # Where the persistent buffers sit (BufferLayout): 0, 0, False is three
+    # fresh contiguous allocations.
+    buffer_offset: Annotated[int, Range(0, MAX_BUFFER_GAP)] = 0
+    buffer_row_padding: Annotated[int, Range(0, MAX_CAPACITY)] = 0
+    buffer_pooled: bool = False
+    # The width of the step history_independent builds into the buffers
+    # before this one (0: the widest the buffers allow).
+    prior_width: Annotated[int, Range(0, MAX_CAPACITY)] = 0
     labels: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -179,6 +251,26 @@ class Batch:
         slots = self.slot_mapping
         return max((p for p, s in zip(self.positions, slots) if s >= 0), default=-1) + 1
 
+    @property
+    def widest_width(self) -> int:
+        """The widest W the step's buffers allow: the largest multiple of 128
+        that fits both the decode buffer (C columns) and the prefill buffer
+        (C plus ``prefill_extra_columns``), so C itself for every capacity
+        the contract knows; the step's own W if no multiple fits."""
+        columns = min(self.capacity, self.capacity + self.prefill_extra_columns)
+        widest = columns // WIDTH_ALIGNMENT * WIDTH_ALIGNMENT
+        return widest if widest >= max(self.width, 1) else self.width
+
+    @property
+    def earlier_width(self) -> int:
+        """The width of the step built into these buffers before this one
+        (``history_independent``): ``prior_width``, or the widest."""
+        return self.prior_width or self.widest_width
+
+    @property
+    def buffer_layout(self) -> BufferLayout:
+        return BufferLayout(self.buffer_offset, self.buffer_row_padding, self.buffer_pooled)
+
     def with_width(self, width: int) -> "Batch":
         return dataclasses.replace(self, width=width)
 
@@ -192,9 +284,10 @@ class Batch:
     def check_sizes(self, path=None, where: str = "batch") -> None:
         """Refuse, before anything is allocated, a step whose buffers or block
         table would be larger than the suite ever builds (:class:`CaseError`)."""
+        row = self.capacity + self.prefill_extra_columns + self.buffer_row_padding
         checks = (
-            ("buffer_rows", self.buffer_rows * (self.capacity + self.prefill_extra_columns),
-             MAX_BUFFER_ELEMENTS, "buffer_rows x (capacity + prefill_extra_columns)"),
+            ("buffer_rows", self.buffer_rows * row, MAX_BUFFER_ELEMENTS,
+             "buffer_rows x (capacity + prefill_extra_columns + buffer_row_padding)"),
             ("block_table",
              len(self.block_table) * max(self.block_table_row_stride, self.table_width, 1),
              MAX_TABLE_ELEMENTS, "rows x row stride"),
@@ -220,7 +313,7 @@ class Batch:
         }
         table = self.block_table
         if isinstance(table, PermutedBlockTable):
-            data["block_table"] = table.array().tolist()
+            data["block_table"] = table.to_json()
         else:
             data["block_table"] = [list(row) for row in table]
         return data
@@ -307,7 +400,14 @@ class Batch:
         )
 
 
-def _read_block_table(value: Any, path, where: str) -> tuple[tuple[int, ...], ...]:
+def _read_block_table(value: Any, path, where: str) -> BlockTable:
+    """Explicit rows (a list of lists), or a :class:`PermutedBlockTable`'s
+    description (an object)."""
+    if isinstance(value, dict):
+        try:
+            return schema.from_json(PermutedBlockTable, value, path, where)
+        except BadArgument as exc:
+            raise CaseError(path, where, str(exc)) from None
     rows = schema.read_value(tuple[tuple[Int32, ...], ...], value, path, where)
     if len({len(row) for row in rows}) > 1:
         raise CaseError(path, where, "rows must all have the same length")
@@ -385,6 +485,8 @@ def assemble_batch(
     prefill_extra_columns: int = 0,
     compress_ratio: int = COMPRESS_RATIO,
     block_size: int = BLOCK_SIZE,
+    buffer_layout: BufferLayout = BufferLayout(),
+    prior_width: int = 0,
     labels: tuple[str, ...] = (),
 ) -> Batch:
     """An engine step from its requests, the one way a :class:`Batch` is put together.
@@ -428,5 +530,9 @@ def assemble_batch(
         prefill_extra_columns=prefill_extra_columns,
         compress_ratio=compress_ratio,
         block_size=block_size,
+        buffer_offset=buffer_layout.offset,
+        buffer_row_padding=buffer_layout.row_padding,
+        buffer_pooled=buffer_layout.pooled,
+        prior_width=prior_width,
         labels=labels,
     )

@@ -24,13 +24,50 @@ POISON = -99
 """Fill value of every buffer before a build: anything still -99 was not written."""
 
 
+@dataclass(frozen=True)
+class BufferLayout:
+    """Where the persistent buffers sit in memory, as an engine may place them:
+    each 2-D buffer's rows ``row_padding`` elements apart beyond its columns
+    (row stride = columns + ``row_padding``), each buffer ``offset`` elements
+    into its allocation (a nonzero storage offset), and with ``pooled`` all
+    three carved out of one allocation (decode rows, then prefill rows, then
+    the lens, ``offset`` elements apart). The defaults are three fresh
+    contiguous allocations. Every element of an allocation outside the
+    buffers (the gaps) holds the fill too: a write there is a spill."""
+
+    offset: int = 0
+    row_padding: int = 0
+    pooled: bool = False
+
+    @property
+    def fresh(self) -> bool:
+        return self == BufferLayout()
+
+
+@dataclass(frozen=True)
+class _Place:
+    """One buffer inside an allocation: which one, from where, how strided."""
+
+    allocation: int
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
 @dataclass
 class Buffers:
-    """The persistent buffers: [rows, capacity] decode and prefill, [rows] lens."""
+    """The persistent buffers: [rows, capacity] decode and prefill, [rows] lens.
+
+    ``allocations`` are the tensors that own their memory when the buffers
+    are views into larger ones (:class:`BufferLayout`); by default each
+    buffer is its own allocation. Checks that ask what changed outside the
+    written region compare the allocations, gaps included."""
 
     global_decode: torch.Tensor
     decode_lens: torch.Tensor
     prefill: torch.Tensor
+    allocations: tuple[torch.Tensor, ...] | None = field(default=None, repr=False)
+    places: tuple[_Place, ...] | None = field(default=None, repr=False)
 
     @classmethod
     @phases.measured("buffers")
@@ -42,13 +79,47 @@ class Buffers:
         fill: int = POISON,
         *,
         prefill_capacity: int | None = None,
+        layout: BufferLayout = BufferLayout(),
     ) -> "Buffers":
         prefill_capacity = capacity if prefill_capacity is None else prefill_capacity
-        return cls(
-            global_decode=torch.full((rows, capacity), fill, dtype=torch.int32, device=device),
-            decode_lens=torch.full((rows,), fill, dtype=torch.int32, device=device),
-            prefill=torch.full((rows, prefill_capacity), fill, dtype=torch.int32, device=device),
+        if layout.fresh:
+            return cls(
+                global_decode=torch.full((rows, capacity), fill, dtype=torch.int32, device=device),
+                decode_lens=torch.full((rows,), fill, dtype=torch.int32, device=device),
+                prefill=torch.full((rows, prefill_capacity), fill, dtype=torch.int32,
+                                   device=device),
+            )
+        gap, padding = layout.offset, layout.row_padding
+        shapes = (
+            ((rows, capacity), (capacity + padding, 1)),
+            ((rows,), (1,)),
+            ((rows, prefill_capacity), (prefill_capacity + padding, 1)),
         )
+        # Decode, prefill, then lens in a pool; each its own allocation otherwise.
+        order = (0, 2, 1)
+        places: list[_Place | None] = [None, None, None]
+        sizes: list[int] = []
+        for index in order:
+            shape, stride = shapes[index]
+            span = shape[0] * stride[0]
+            if layout.pooled and sizes:
+                places[index] = _Place(0, sizes[0] + gap, shape, stride)
+                sizes[0] += gap + span
+            else:
+                places[index] = _Place(len(sizes), gap, shape, stride)
+                sizes.append(gap + span)
+        # A gap after the last buffer of each allocation too: canaries on both sides.
+        allocations = tuple(
+            torch.full((size + gap,), fill, dtype=torch.int32, device=device) for size in sizes
+        )
+        return cls._placed(allocations, tuple(places))
+
+    @classmethod
+    def _placed(cls, allocations, places) -> "Buffers":
+        views = (
+            allocations[p.allocation].as_strided(p.shape, p.stride, p.offset) for p in places
+        )
+        return cls(*views, allocations=allocations, places=places)
 
     @classmethod
     def for_batch(cls, batch: "Batch", device: torch.device | str, fill: int = POISON) -> "Buffers":
@@ -59,15 +130,28 @@ class Buffers:
             device,
             fill,
             prefill_capacity=batch.capacity + batch.prefill_extra_columns,
+            layout=batch.buffer_layout,
         )
+
+    @property
+    def memory(self) -> tuple[torch.Tensor, ...]:
+        """The allocations that hold the buffers (the buffers themselves when
+        each is its own)."""
+        return self.allocations if self.allocations is not None else self.as_tuple()
+
+    def on(self, memory: Sequence[torch.Tensor]) -> "Buffers":
+        """These buffers' layout placed on ``memory``, copies of :attr:`memory`."""
+        if self.allocations is None:
+            return Buffers(*memory)
+        return Buffers._placed(tuple(memory), self.places)
 
     def clone(self) -> "Buffers":
         return Buffers(self.global_decode.clone(), self.decode_lens.clone(), self.prefill.clone())
 
     def host_copy(self) -> "Buffers":
-        """A copy of the buffers on the host (one synchronisation on a GPU), to
-        compare a later state with."""
-        return Buffers(*to_host(self.as_tuple(), copy=True))
+        """A copy of the buffers on the host, in the same layout (one
+        synchronisation on a GPU), to compare a later state with."""
+        return self.on(to_host(self.memory, copy=True))
 
     def fill_(self, value: int) -> "Buffers":
         """Every element of every buffer set to ``value``, in place (same memory)."""
@@ -155,7 +239,7 @@ class BuildResult:
 def results_on_host(*results: BuildResult) -> list[BuildResult]:
     """:meth:`BuildResult.on_host` of several results with one synchronisation."""
     pending = [r for r in results if r._host is None]
-    tensors = [t for r in pending for t in (*r.buffers.as_tuple(), *r.views)]
+    tensors = [t for r in pending for t in (*r.buffers.memory, *r.views)]
     if tensors and all(
         not isinstance(t, torch.Tensor) or t.device.type in ("cpu", "meta") for t in tensors
     ):
@@ -164,7 +248,7 @@ def results_on_host(*results: BuildResult) -> list[BuildResult]:
     else:
         copies = iter(to_host(tensors))
         for result in pending:
-            buffers = Buffers(*(next(copies) for _ in range(3)))
+            buffers = result.buffers.on([next(copies) for _ in result.buffers.memory])
             views = Views(*(next(copies) for _ in result.views))
             result._host = BuildResult(result.batch, result.width, views, buffers)
             result._host._host = result._host

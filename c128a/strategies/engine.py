@@ -10,11 +10,18 @@ towards the edges where implementations break: ``(p + 1) % 128`` in {0, 1},
 ``max_seq_len // 128`` at and around powers of two (where the width jumps),
 and sequences of exactly ``max_model_len``.
 
+Past the engine's usual step they reach the rest of the contract's input
+space: engine-scale steps within a device's size budget (:mod:`.budget`),
+compress ratios and block sizes over their whole range, buffers placed
+inside larger allocations, an earlier step's width narrower or wider than
+the step's (:mod:`.reach` names the buckets).
+
 Every strategy shrinks towards the smallest engine step it can describe:
-fewer requests, shorter sequences, identity page numbers, no padding, at a
-model length whose capacity (640) exceeds the smallest width. Strategies
-only draw: the property running them reports ``event()`` and ``target()``
-observations from the step's labels (:mod:`c128a.checks.properties`).
+fewer requests, shorter sequences, identity page numbers, no padding, the
+engine's R and B, fresh contiguous buffers, at a model length whose
+capacity (640) exceeds the smallest width. Strategies only draw: the
+property running them reports ``event()`` and ``target()`` observations
+from the step's buckets (:mod:`c128a.checks.properties`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 from hypothesis import strategies as st
 
 from ..contract import (
@@ -40,7 +48,18 @@ from ..contract import (
 )
 from ..contract.validation import check, check_positive_int
 from ..failures import HarnessError
-from ..step import PAGE_PRIME, Batch, PaddingToken, PermutedBlockTable, StepRequest, assemble_batch
+from ..step import (
+    MAX_BUFFER_ELEMENTS,
+    MAX_BUFFER_ROWS,
+    Batch,
+    BufferLayout,
+    PaddingToken,
+    PermutedBlockTable,
+    StepRequest,
+    assemble_batch,
+    page_modulus,
+)
+from .budget import ENGINE_TOKENS, MAX_REQUESTS, SizeBudget
 from .layout import (
     INDEX_BYTES,
     LAYOUT_BYTES,
@@ -49,6 +68,7 @@ from .layout import (
     MODEL_LEN_BYTES,
     PAD_BYTES,
     REQUEST_BYTES,
+    SHAPE_BYTES,
     SLOT_BYTES,
     TABLE_BYTES,
     Fields,
@@ -83,10 +103,134 @@ it the byte's count and slot choices repeat, and shrinking aims below it."""
 
 WIDTHS = ("any", "policy")
 
-GEOMETRIES = ((COMPRESS_RATIO, BLOCK_SIZE), (1, 1), (2, 3), (3, 2), (64, 4), (128, 1), (128, 3),
-              (256, 2), (1000, 4))
-"""(compress_ratio, block_size) pairs the kernel-level function must handle
-(it takes both as arguments): the engine's first, the one shrinking aims for."""
+GEOMETRY_ONE_IN = 2
+"""One step in this many takes a compress ratio and block size other than
+the engine's (unless the step's ``max_model_len`` is given: steps that share
+an engine's buffers share its R)."""
+
+MAX_RATIO = 1 << 16
+"""The largest compress ratio drawn (a Batch field's bound)."""
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def reciprocal_floors_wrong(divisor: int, multiple: int = 1) -> bool:
+    """Whether ``multiple * divisor`` divided by ``divisor`` through float32
+    (the value times the float32 reciprocal, truncated) gives less than
+    ``multiple``: the division a kernel may take instead of an integer one."""
+    value = np.float32(multiple * divisor)
+    return int(value * (np.float32(1.0) / np.float32(divisor))) < multiple
+
+
+def _inexact_from(value: int, high: int) -> int:
+    """The first divisor >= ``value`` (wrapping below ``high``) whose float32
+    reciprocal floors ``divisor / divisor`` to 0; ``value`` when none is
+    found nearby (about one divisor in seven that are not powers of two is)."""
+    for candidate in range(value, min(value + 512, high + 1)):
+        if not _is_power_of_two(candidate) and reciprocal_floors_wrong(candidate):
+            return candidate
+    return value
+
+
+def _ratio(kind: int, value: int) -> int:
+    """The compress ratio R of a drawn kind: 0 the engine's 128, 1 one, 2 a power
+    of two from 2 to 64, 3 a power of two from 256 to 65,536, 4 any other
+    value up to 65,536, for three ``value`` in four one whose float32
+    reciprocal floors a multiple of R wrong."""
+    kind %= 5
+    if kind == 0:
+        return COMPRESS_RATIO
+    if kind == 1:
+        return 1
+    if kind == 2:
+        return 1 << (1 + value % 6)
+    if kind == 3:
+        return 1 << (8 + value % 9)
+    ratio = 3 + (value >> 2) % (MAX_RATIO - 3)
+    ratio += _is_power_of_two(ratio)
+    return _inexact_from(ratio, MAX_RATIO) if value % 4 else ratio
+
+
+def _block_size(kind: int, value: int, capacity: int) -> int:
+    """The block size B of a drawn kind: 0 the engine's 2, 1 one, 2 a power of
+    two from 4 to 128, 3 above 128 up to the capacity (at least 256), 4 a
+    value below 128 that is not a power of two, for three ``value`` in four
+    one whose float32 reciprocal floors a column's page wrong (41 to 123)."""
+    kind %= 5
+    if kind == 0:
+        return BLOCK_SIZE
+    if kind == 1:
+        return 1
+    if kind == 2:
+        return 1 << (2 + value % 6)
+    if kind == 3:
+        top = max(capacity, 2 * WIDTH_ALIGNMENT)
+        return WIDTH_ALIGNMENT + 1 + value % (top - WIDTH_ALIGNMENT)
+    if value % 4 == 0:
+        size = 3 + (value >> 2) % 124
+        return size + _is_power_of_two(size)
+    # From 41, the first B whose float32 reciprocal floors a page wrong.
+    return _inexact_from(41 + (value >> 2) % 80, WIDTH_ALIGNMENT - 1)
+
+
+ENGINE_PREFILL_REQUESTS = 32
+"""The most prefill requests (chunks) of an engine-scale step; the rest of
+its 512 requests decode."""
+
+SINGLE_TOKEN_ONE_IN = 16
+"""One small step in this many has at most one token."""
+
+ENGINE_SCALES = (
+    (65, 1_024),  # hundreds of tokens
+    (1_025, ENGINE_TOKENS),  # thousands: the engine's usual budget
+    (ENGINE_TOKENS + 1, None),  # past it (up to the budget's max_tokens)
+)
+"""Token ranges of an engine-scale step, drawn uniformly."""
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """The size of one drawn step: its token budget and request counts."""
+
+    tokens: int
+    max_decode_requests: int
+    max_prefill_requests: int
+    max_prefill_chunk: int
+    engine: bool = False
+    max_capacity: int = MAX_CAPACITY
+    tail_padding: bool = True
+
+
+def _scale(shape: Fields, budget: SizeBudget | None, small: _Scale) -> _Scale:
+    """The step's scale from :data:`SCALE_BYTES` of ``shape``: ``small`` (the
+    property's own size; zeros give it) or, one step in
+    ``budget.engine_one_in``, an engine-scale step of a token count drawn
+    log-uniformly in one of :data:`ENGINE_SCALES`, up to 512 requests, its
+    capacity held within ``budget.max_elements`` / tokens."""
+    pick, where = shape.uint(1), shape.uint(2)
+    if budget is None or pick % budget.engine_one_in != budget.engine_one_in - 1:
+        # A step of one token (one decode token, or one prefill token) now
+        # and then: random byte strings seldom stop there on their own.
+        single = where % SINGLE_TOKEN_ONE_IN == SINGLE_TOKEN_ONE_IN - 1
+        if single:
+            return dataclasses.replace(small, tokens=min(small.tokens, 1), tail_padding=False)
+        return small
+    low, high = ENGINE_SCALES[pick // budget.engine_one_in % len(ENGINE_SCALES)]
+    high = budget.max_tokens if high is None else min(high, budget.max_tokens)
+    tokens = round(low * (high / low) ** (where / 0xFFFF))
+    # Tail padding adds up to 8 tokens, and the buffers a few rows.
+    room = tokens + 2 * MAX_QUERY_TOKENS_PER_DECODE
+    capacity = budget.max_elements // room // WIDTH_ALIGNMENT * WIDTH_ALIGNMENT
+    return _Scale(
+        tokens=tokens,
+        max_decode_requests=min(MAX_REQUESTS - ENGINE_PREFILL_REQUESTS, tokens),
+        max_prefill_requests=ENGINE_PREFILL_REQUESTS,
+        max_prefill_chunk=tokens,
+        engine=True,
+        max_capacity=max(WIDTH_ALIGNMENT, min(MAX_CAPACITY, capacity)),
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -101,19 +245,31 @@ def max_model_lens(*, max_value: int = MAX_MODEL_LEN) -> st.SearchStrategy[int]:
     )
 
 
-def _model_len(fields: Fields, max_value: int) -> int:
+def _model_len(fields: Fields, max_value: int, ratio: int = COMPRESS_RATIO) -> int:
     """:func:`max_model_lens`'s value from the next :data:`MODEL_LEN_BYTES`
-    bytes of ``fields``; zeros give the first edge that fits."""
+    bytes of ``fields``; zeros give the first edge that fits. One kind of
+    length sits one token past a whole number of 128-entry tiles at
+    ``ratio`` (128 R 2^k + 1): ceil(L / R) and floor(L / R) then give
+    capacities a tile apart."""
     kind, value = fields.uint(2), fields.uint(3)
     edges = [v for v in EDGE_MAX_MODEL_LENS if v <= max_value]
-    # Edges, each magnitude from 2**14 up (below it every capacity is 128),
-    # and any length: equally likely, so most lengths are log-uniform.
+    past_tiles = [
+        WIDTH_ALIGNMENT * ratio * (1 << k) + 1
+        for k in range(14) if ratio > 1 and WIDTH_ALIGNMENT * ratio * (1 << k) + 1 <= max_value
+    ]
+    # Edges, lengths past whole tiles, each magnitude from 2**14 up (below it
+    # every capacity is 128), and any length: equally likely, so most lengths
+    # are log-uniform.
     top = max_value.bit_length()
     magnitudes = list(range(min(15, top), top + 1))
-    kind = kind % ((1 if edges else 0) + len(magnitudes) + 1)
+    kind = kind % ((1 if edges else 0) + (1 if past_tiles else 0) + len(magnitudes) + 1)
     if edges:
         if kind == 0:
             return edges[value % len(edges)]
+        kind -= 1
+    if past_tiles:
+        if kind == 0:
+            return past_tiles[value % len(past_tiles)]
         kind -= 1
     if kind < len(magnitudes):
         k = magnitudes[kind]
@@ -172,17 +328,26 @@ class _Request:
 
 
 def _requests_from_bytes(
-    blob: bytes, max_tokens: int, max_query: int, max_len: int, ratio: int = COMPRESS_RATIO
+    blob: bytes, max_tokens: int, max_query: int, max_len: int, ratio: int = COMPRESS_RATIO,
+    *, fill: bool = False,
 ) -> list[_Request]:
     """Requests from :data:`REQUEST_BYTES` bytes each, until ``max_tokens``
-    query tokens are spent; half of the sequence lengths sit at an edge."""
+    query tokens are spent; half of the sequence lengths sit at an edge.
+    With ``fill`` each request takes at least an even share of the tokens
+    left (the last one all of them, up to ``max_query`` and the model
+    length): an engine-scale step's prefill chunks then add up to its token
+    count."""
     requests = []
     budget = max_tokens
-    for start in range(0, len(blob) - REQUEST_BYTES + 1, REQUEST_BYTES):
+    records = len(blob) // REQUEST_BYTES
+    for index in range(records):
         if budget < 1:
             break
-        record = blob[start : start + REQUEST_BYTES]
-        query = 1 + uint(record[0:2]) % max(1, min(max_query, budget, max_len))
+        record = blob[index * REQUEST_BYTES : (index + 1) * REQUEST_BYTES]
+        most = max(1, min(max_query, budget, max_len))
+        query = 1 + uint(record[0:2]) % most
+        if fill:
+            query = max(query, min(-(-budget // (records - index)), most))
         seq = _sequence_length(record[2], uint(record[3:6]), query, max_len, ratio)
         requests.append(_Request(seq_len=seq, query_len=query))
         budget -= query
@@ -211,18 +376,23 @@ def block_tables(draw, pages_needed: list[int], *, max_junk_columns: int = 3) ->
     return _block_table(data, pages_needed, max_junk_columns)
 
 
-def _block_table(data: bytes, pages_needed: list[int], max_junk_columns: int = 3):
-    """The table :func:`block_tables` describes, from :data:`TABLE_BYTES` bytes."""
+def _block_table(data: bytes, pages_needed: list[int], max_junk_columns: int = 3,
+                 *, block_size: int = BLOCK_SIZE):
+    """The table :func:`block_tables` describes, from :data:`TABLE_BYTES` bytes:
+    page numbers modulo :func:`~c128a.step.page_modulus` of ``block_size``,
+    so that every slot id fits int32."""
     if not pages_needed:
         return ()
+    prime = page_modulus(block_size, sum(pages_needed))
     width = max(max(pages_needed) + data[0] % (max_junk_columns + 1), 1)
     junk = signed(uint(data[8:12]), 2**31 - 1) if data[7] & 1 else -7
     return PermutedBlockTable(
         pages_needed=tuple(pages_needed),
         width=width,
-        scale=1 + uint(data[1:4]) % (PAGE_PRIME - 1),
-        offset=uint(data[4:7]) % PAGE_PRIME,
+        scale=1 + uint(data[1:4]) % (prime - 1),
+        offset=uint(data[4:7]) % prime,
         junk=junk,
+        prime=prime,
     )
 
 
@@ -241,6 +411,9 @@ def batches(
     widths: str = "any",
     width: int | None = None,
     geometries: bool = False,
+    budget: SizeBudget | None = None,
+    layouts: bool = True,
+    prior_widths: bool = False,
 ) -> st.SearchStrategy[Batch]:
     """One engine step as a :class:`~c128a.step.Batch`, the main entry point.
 
@@ -257,23 +430,43 @@ def batches(
     with ``widths="any"`` (the default) two thirds of the batches instead
     take a multiple of 128 narrower than the batch needs, or any width the
     policy can reach for C (the kernel-level contract holds at every width;
-    n(t) = min(., W) clamps), with ``widths="policy"`` none do. With
-    ``geometries=True`` the compress ratio and block size are drawn from
-    :data:`GEOMETRIES` instead of being the engine's (model lengths then stay
-    within the capacity's reach, 8,192 * R).
+    n(t) = min(., W) clamps), with ``widths="policy"`` none do.
 
-    Each step carries labels (width bucket, decode/prefill mix, padding,
-    speculative decode) for the property's ``event()`` observations.
+    The contract's wider input space, each part drawn now and then:
+
+    - ``budget`` (:mod:`.budget`; None: none) makes one step in
+      ``budget.engine_one_in`` engine-scale: 65 to 16,384 tokens, up to 512
+      requests, within the budget's elements;
+    - the compress ratio R and block size B are the engine's 128 and 2 for
+      three steps in four, else drawn over their whole range (powers of two
+      and not, B above 128 up to C, values whose float32 reciprocal divides
+      wrong); always drawn with ``geometries=True``, never when
+      ``max_model_len`` is given (steps sharing buffers share R);
+    - with ``layouts`` (the default) half the steps place their buffers as
+      an engine's workspace may: at a storage offset, with a row stride above
+      their columns, or all three in one allocation (:class:`~c128a.step.BufferLayout`);
+    - with ``prior_widths`` the step records the width of the step built
+      into its buffers before it (``prior_width``: narrower, the same, wider
+      or the widest), for ``history_independent``.
+
     Shrinks towards T = 0 at max_model_len 81,920 (C = 640, so W = 128 < C):
-    no requests, short sequences, identity page numbers, no padding.
+    no requests, short sequences, identity page numbers, no padding, the
+    engine's R and B, fresh contiguous buffers.
     """
     check(max_tokens >= 0, f"max_tokens={max_tokens} must be >= 0")
+    most_tokens = MAX_BUFFER_ROWS - MAX_QUERY_TOKENS_PER_DECODE
+    check(
+        max_tokens <= most_tokens,
+        f"max_tokens={max_tokens} must be <= {most_tokens}: a step's buffers hold at most "
+        f"{MAX_BUFFER_ROWS} rows (T tokens and tail padding), the most a saved case may hold",
+    )
     if max_buffer_rows is None:
         max_buffer_rows = max(64, max_tokens + MAX_QUERY_TOKENS_PER_DECODE)
     check(
-        max_buffer_rows >= max_tokens + MAX_QUERY_TOKENS_PER_DECODE,
-        f"max_buffer_rows={max_buffer_rows} must be >= max_tokens + 8 "
-        f"(= {max_tokens + MAX_QUERY_TOKENS_PER_DECODE}) to hold T tokens and tail padding",
+        max_tokens + MAX_QUERY_TOKENS_PER_DECODE <= max_buffer_rows <= MAX_BUFFER_ROWS,
+        f"max_buffer_rows={max_buffer_rows} must be in [max_tokens + 8 "
+        f"(= {max_tokens + MAX_QUERY_TOKENS_PER_DECODE}), {MAX_BUFFER_ROWS}] to hold T tokens "
+        "and tail padding in a step a case can hold",
     )
     check(widths in WIDTHS, f"widths={widths!r} must be one of {', '.join(map(repr, WIDTHS))}")
     check(
@@ -282,20 +475,26 @@ def batches(
         f"request counts must satisfy 0 <= min <= max: decode {min_decode_requests}.."
         f"{max_decode_requests}, prefill {min_prefill_requests}..{max_prefill_requests}",
     )
-    return _batches(
-        target,
-        max_model_len=max_model_len,
-        max_tokens=max_tokens,
-        max_buffer_rows=max_buffer_rows,
+    small = _Scale(
+        tokens=max_tokens,
         max_decode_requests=max_decode_requests,
         max_prefill_requests=max_prefill_requests,
         max_prefill_chunk=max_prefill_chunk,
+    )
+    return _batches(
+        target,
+        max_model_len=max_model_len,
+        small=small,
+        max_buffer_rows=max_buffer_rows,
         min_decode_requests=min_decode_requests,
         min_prefill_requests=min_prefill_requests,
         padding=padding,
         widths=widths,
         width=width,
         geometries=geometries,
+        budget=budget,
+        layouts=layouts,
+        prior_widths=prior_widths,
     )
 
 
@@ -305,46 +504,74 @@ def _batches(
     target,
     *,
     max_model_len,
-    max_tokens,
+    small,
     max_buffer_rows,
-    max_decode_requests,
-    max_prefill_requests,
-    max_prefill_chunk,
     min_decode_requests,
     min_prefill_requests,
     padding,
     widths,
     width,
     geometries,
+    budget,
+    layouts,
+    prior_widths,
 ) -> Batch:
-    ratio, block_size = draw(st.sampled_from(GEOMETRIES)) if geometries else GEOMETRIES[0]
+    # What differs from the engine's usual step comes first, in its own
+    # bytes: zeros give the small step, the engine's R and B, fresh buffers.
+    shape = Fields(draw(st.binary(min_size=SHAPE_BYTES, max_size=SHAPE_BYTES)))
+    scale = _scale(shape, budget, small)
+    geometry_pick, ratio_kind, ratio_value = shape.uint(1), shape.uint(1), shape.uint(2)
+    block_kind, block_value = shape.uint(1), shape.uint(2)
+    drawn_geometry = max_model_len is None and (
+        geometries or geometry_pick % GEOMETRY_ONE_IN == GEOMETRY_ONE_IN - 1
+    )
+    ratio = _ratio(ratio_kind, ratio_value) if drawn_geometry else COMPRESS_RATIO
+    layout_kind, layout_offset, layout_padding = shape.uint(1), shape.uint(1), shape.uint(2)
+    prior_kind, prior_value = shape.uint(1), shape.uint(1)
+
     layout = Fields(draw(st.binary(min_size=LAYOUT_BYTES, max_size=LAYOUT_BYTES)))
-    model_len = _model_len(layout, min(MAX_MODEL_LEN, MAX_CAPACITY * ratio))
+    longest = min(MAX_MODEL_LEN, scale.max_capacity * ratio)
+    model_len = _model_len(layout, longest, ratio)
+    if scale.engine:
+        # Long enough that the step's prefill requests can hold its tokens.
+        shortest = min(longest, -(-scale.tokens // scale.max_prefill_requests))
+        if model_len < shortest:
+            model_len = shortest + model_len % (longest - shortest + 1)
     model_len = max_model_len or model_len
     capacity = target_capacity(target, model_len, ratio)
+    block_size = _block_size(block_kind, block_value, capacity) if drawn_geometry else BLOCK_SIZE
 
-    decode_count = layout.between(2, min_decode_requests, max_decode_requests)
-    prefill_count = layout.between(2, min_prefill_requests, max_prefill_requests)
+    min_prefill = min_prefill_requests
+    if scale.engine:
+        # Enough prefill requests, each within the model length, for the
+        # tokens that decode requests (8 tokens each at most) cannot hold.
+        beyond_decode = scale.tokens - scale.max_decode_requests * MAX_QUERY_TOKENS_PER_DECODE
+        min_prefill = max(min_prefill, min(-(-max(beyond_decode, 0) // model_len),
+                                           scale.max_prefill_requests))
+    max_prefill = max(min_prefill, scale.max_prefill_requests)
+    decode_count = layout.between(2, min_decode_requests,
+                                  max(min_decode_requests, scale.max_decode_requests))
+    prefill_count = layout.between(2, min_prefill, max_prefill)
     size = (decode_count + prefill_count) * REQUEST_BYTES
     records = draw(st.binary(min_size=size, max_size=size))
+    max_tokens = scale.tokens
     decode = _requests_from_bytes(
         records[: decode_count * REQUEST_BYTES],
-        max_tokens - min_prefill_requests,
+        max_tokens - min_prefill,
         MAX_QUERY_TOKENS_PER_DECODE,
         model_len,
         ratio,
     )
     used = sum(r.query_len for r in decode)
     prefill = _requests_from_bytes(
-        records[decode_count * REQUEST_BYTES :], max_tokens - used, max_prefill_chunk, model_len,
-        ratio,
+        records[decode_count * REQUEST_BYTES :], max_tokens - used, scale.max_prefill_chunk,
+        model_len, ratio, fill=scale.engine,
     )
     real_positions = [p for r in decode + prefill for p in r.step().positions]
     real_requests = [i for i, r in enumerate(decode + prefill) for _ in range(r.query_len)]
     real_tokens = len(real_positions)
     max_seq_len = max((r.seq_len for r in decode + prefill), default=0)
 
-    kernel_level = False
     width_kind, width_value = layout.uint(1), layout.uint(2)
     if width is None:
         width = target_width(target, max_seq_len, ratio, capacity)
@@ -354,12 +581,9 @@ def _batches(
             # Narrower than the batch needs: n(t) = min(., W) clamps.
             narrower = width // WIDTH_ALIGNMENT - 1
             width = (1 + width_value % narrower) * WIDTH_ALIGNMENT
-            kernel_level = True
         elif choice >= 1:  # any width the policy can reach, C included
             reachable = policy.reachable_widths(capacity)
             width = reachable[width_value % len(reachable)]
-            kernel_level = True
-
     # CUDA-graph padding at the tail: stale copies of real tokens' requests
     # with their positions or earlier ones, a negative slot. In a
     # decode-only step they are decode tokens. The count's byte also picks
@@ -370,7 +594,7 @@ def _batches(
     tail = tail_byte % (MAX_QUERY_TOKENS_PER_DECODE + 1)
     tail_slot = PADDING_SLOTS[tail_byte // (MAX_QUERY_TOKENS_PER_DECODE + 1) % len(PADDING_SLOTS)]
     pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
-    tail = tail if padding and real_tokens else 0
+    tail = tail if padding and scale.tail_padding and real_tokens else 0
     tail_draws = [
         (uint(pads[start : start + 2]) % real_tokens, uint(pads[start + 2 : start + PAD_BYTES]))
         for start in range(0, tail * PAD_BYTES, PAD_BYTES)
@@ -392,7 +616,8 @@ def _batches(
 
     # The engine's table covers the whole sequence, whatever the width.
     table = _block_table(
-        layout.take(TABLE_BYTES), [pages_for(r.seq_len, block_size, ratio) for r in decode]
+        layout.take(TABLE_BYTES), [pages_for(r.seq_len, block_size, ratio) for r in decode],
+        block_size=block_size,
     )
     table_width = table.width if table else 0
     stale_bound = (
@@ -409,24 +634,32 @@ def _batches(
     row_stride = table_width + 1 + extra_stride % 64 if table and wider_table & 1 else 0
 
     num_tokens = real_tokens + len(tail_padding)
-    buffer_rows = layout.between(2, max(num_tokens, 1), max(max_buffer_rows, num_tokens, 1))
+    rows_drawn = layout.uint(2)
     # Sometimes a wider prefill buffer: its row stride then differs from the
     # decode buffer's, so a builder that mixes the two up writes wrong rows.
     prefill_extra = 128 if layout.uint(1) % 4 == 3 else 0
     if layout.offset != LAYOUT_BYTES:
         raise HarnessError(f"the layout read {layout.offset} bytes, not its {LAYOUT_BYTES}")
-
-    num_decode = num_tokens if not prefill else sum(r.query_len for r in decode)
-    labels = _labels(
-        num_tokens, num_decode, width, capacity, tail=bool(tail_padding), inside=bool(inside),
-        speculative=any(r.query_len > 1 for r in decode), kernel_level=kernel_level,
+    buffer_offset, row_padding, pooled = _buffer_layout(
+        layout_kind, layout_offset, layout_padding, capacity, layouts
     )
-    every_request = decode + prefill
-    if any(pad.position >= every_request[pad.request].seq_len for pad in tail_padding):
-        labels += ("stale padding past its request",)
-    if geometries:
-        labels += (f"R={ratio}, B={block_size}",)
-    batch = assemble_batch(
+    least_rows = max(num_tokens, 1)
+    # An engine-scale step's wider rows stay within what a case may hold.
+    room = MAX_BUFFER_ELEMENTS // least_rows - capacity
+    prefill_extra = prefill_extra if prefill_extra <= room else 0
+    row_padding = max(min(row_padding, room - prefill_extra), 0)
+    row_length = capacity + prefill_extra + row_padding
+    most_rows = max(max_buffer_rows, num_tokens + MAX_QUERY_TOKENS_PER_DECODE if scale.engine else 0)
+    most_rows = max(min(most_rows, MAX_BUFFER_ELEMENTS // row_length), least_rows)
+    buffer_rows = least_rows + rows_drawn % (most_rows - least_rows + 1)
+    if buffer_rows * row_length > MAX_BUFFER_ELEMENTS:
+        raise HarnessError(
+            f"a drawn step's buffers need {buffer_rows} x {row_length} elements, more than a "
+            f"case may hold ({MAX_BUFFER_ELEMENTS:,}): the size budget let T x C grow too far"
+        )
+
+    prior_width = _prior_width(prior_kind, prior_value, width, capacity) if prior_widths else 0
+    return assemble_batch(
         [r.step() for r in decode],
         [r.step() for r in prefill],
         block_table=table,
@@ -441,9 +674,41 @@ def _batches(
         prefill_extra_columns=prefill_extra,
         compress_ratio=ratio,
         block_size=block_size,
-        labels=labels,
+        buffer_layout=BufferLayout(buffer_offset, row_padding, pooled),
+        prior_width=prior_width,
     )
-    return dataclasses.replace(batch, labels=labels + shape_labels(batch))
+
+
+def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: bool):
+    """(offset, row padding, pooled) of the step's buffers: fresh contiguous
+    allocations for half the kinds (and whenever not ``drawn``), else a view
+    at a storage offset (a multiple of 4 elements: 16-byte aligned, as an
+    allocator hands out), rows further apart than their columns (up to 2C),
+    one allocation for all three buffers with the decode buffer's last row
+    right before the prefill buffer's first, or all of these at once."""
+    kind = kind % 8 if drawn else 0
+    offset = 4 * (1 + offset % 64)
+    padding = 1 + padding % max(capacity, 2 * WIDTH_ALIGNMENT)
+    return {
+        4: (offset, 0, False),
+        5: (0, padding, False),
+        6: (0, 0, True),
+        7: (offset, padding, True),
+    }.get(kind, (0, 0, False))
+
+
+def _prior_width(kind: int, value: int, width: int, capacity: int) -> int:
+    """The width of the step built before this one into its buffers
+    (``history_independent``): 0 (the widest the buffers allow) for a third
+    of the kinds, this step's own W for a third, else any width the policy
+    can reach for C, narrower or wider than W."""
+    kind %= 3
+    if kind == 1:
+        return width
+    reachable = [w for w in policy.reachable_widths(capacity) if w % WIDTH_ALIGNMENT == 0]
+    if kind == 0 or not reachable:
+        return 0
+    return reachable[value % len(reachable)]
 
 
 def _stale_position_bound(
@@ -469,40 +734,3 @@ def _tail_position(source_position: int, value: int, stale_bound: int | None) ->
     return source_position + 1 + value % (stale_bound - source_position)
 
 
-def shape_labels(batch: Batch) -> tuple[str, ...]:
-    """Shapes that broke consumers upstream, for ``event()``: padding slots
-    other than -1, more than 64 decode rows (vllm#53574: a consumer checks contiguity only above
-    64 rows), every length 0 (vllm#51970)."""
-    labels = ()
-    slots = batch.slot_mapping[: batch.num_tokens]
-    if any(s < -1 for s in slots):
-        labels += ("padding slot < -1",)
-    if batch.num_decode_tokens > 64:
-        labels += ("more than 64 decode rows",)
-    if batch.num_tokens and max(batch.positions) + 1 < batch.compress_ratio:
-        labels += ("every length 0",)
-    return labels
-
-
-def _labels(
-    t: int, d: int, width: int, capacity: int, *, tail: bool, inside: bool,
-    speculative: bool, kernel_level: bool,
-) -> tuple[str, ...]:
-    """What kind of step this is, for ``event()`` and the fuzzer's coverage."""
-    mix = (
-        "no tokens" if t == 0
-        else "decode only" if d == t
-        else "prefill only" if d == 0
-        else "decode + prefill"
-    )
-    padded = {
-        (True, True): "tail and inside padding",
-        (True, False): "tail padding",
-        (False, True): "inside padding",
-        (False, False): "no padding",
-    }[tail, inside]
-    width_bucket = f"W={width} of C={capacity}" if width == capacity else f"W={width} < C"
-    labels = (mix, padded, width_bucket)
-    labels += ("speculative decode",) if speculative else ()
-    labels += ("kernel-level width",) if kernel_level else ()
-    return labels

@@ -97,6 +97,12 @@ def _historical_batches() -> dict[str, Batch]:
         ),
         # Capacity 8,192 at 1M context, a sequence of exactly max_model_len.
         "capacity_8192_at_1m": engine_batch([(one_m, 1)], [(one_m, 2)], max_model_len=one_m),
+        # One token past 128 whole entries (16,385 = 128 * 128 + 1): the
+        # capacity needs ceil(L / R) = 129 entries, 256 columns; floor(L / R)
+        # would size the buffers one 128-column tile short.
+        "model_len_one_past_a_tile": engine_batch(
+            [(16_385, 1)], [(300, 2)], max_model_len=16_385
+        ),
         # Capacity 640 (81,920 tokens): W = C, not a power of two.
         "capacity_640": engine_batch(
             [(81_920, 2), (81_919, 1)], [(81_920, 1)], max_model_len=81_920

@@ -34,6 +34,12 @@ LAYOUT_BYTES = (
     + 2  # buffer rows
     + 1  # prefill buffer wider or not
 )
+SHAPE_BYTES = (
+    1 + 2  # scale: small or engine-scale, and the engine-scale token count
+    + 1 + 1 + 2 + 1 + 2  # geometry drawn or not; R's kind and value; B's kind and value
+    + 1 + 1 + 2  # buffer layout: kind, storage offset, row padding
+    + 1 + 1  # prior width (history_independent): kind, value
+)
 
 
 def uint(data: bytes) -> int:

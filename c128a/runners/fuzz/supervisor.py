@@ -52,7 +52,9 @@ from ..cases import (
     versions,
     write_case,
 )
+from ...strategies.reach import reach_table
 from ..gpus import gpu_for_worker
+from ..reach import reach_rows
 from .config import FuzzConfig, check_paths
 from .worker import CUDA_FAULT_EXIT, worker_main
 
@@ -130,6 +132,7 @@ class Supervisor:
         self.slots = [_Slot() for _ in range(config.workers)]
         self.stats = [WorkerStats(i) for i in range(config.workers)]
         self.labels: Counter[str] = Counter()
+        self.reach: Counter[str] = Counter()  # "dimension: bucket" -> examples
         self.per_property: Counter[str] = Counter()
         self.cases: list[dict[str, Any]] = []
         self.seen_failures: set[str] = set()
@@ -357,6 +360,7 @@ class Supervisor:
                 stats.seconds.update(payload.get("time") or {})
                 stats.running = payload["running"]
                 self.labels.update(payload["labels"])
+                self.reach.update(payload.get("reach") or {})
                 self.per_property.update(payload["per_property"])
             elif kind in ("found", "failure"):
                 try:
@@ -501,9 +505,11 @@ class Supervisor:
                 str(stats.failures + stats.crashes + stats.hangs), str(stats.restarts),
                 _duration(now - self.started), self.remaining(now),
             )
-        coverage = ", ".join(f"{label}: {count}" for label, count in sorted(self.labels.items()))
-        return Group(table, Text(f"coverage: {coverage or '-'}"),
-                     Text(f"time: {split_text(self.time_split(now))}"))
+        parts = [table, reach_rows(reach_table(self.reach))]
+        if self.labels:
+            coverage = ", ".join(f"{label}: {n}" for label, n in sorted(self.labels.items()))
+            parts.append(Text(f"coverage: {coverage}"))
+        return Group(*parts, Text(f"time: {split_text(self.time_split(now))}"))
 
     def time_split(self, now: float) -> dict[str, float]:
         """The workers' time split, added up."""
@@ -603,6 +609,7 @@ class Supervisor:
             ],
             "per_property": dict(sorted(self.per_property.items())),
             "coverage": dict(sorted(self.labels.items())),
+            "reach": reach_table(self.reach),
             "cases": self.cases,
             "versions": versions(),
         }
@@ -700,6 +707,7 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
     console.print(summary_table(report))
     for line in time_lines(report):
         console.print(line, markup=False, soft_wrap=True)
+    console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
     if report["coverage"]:
         console.print(
             "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),

@@ -45,6 +45,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from ... import phases
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
+from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
 from ..gpus import freeze_startup_heap, pin_to_gpu, share_cores, thaw_heap
@@ -215,15 +216,19 @@ class Progress:
         self.examples = 0  # since the last flush
         self.total = 0
         self.labels: Counter[str] = Counter()
+        self.reach: Counter[str] = Counter()
         self.per_property: Counter[str] = Counter()
         self.sent_at = time.monotonic()
         self.running = ""
 
-    def count(self, name: str, labels=()) -> None:
+    def count(self, name: str, labels=(), reach=()) -> None:
+        """One example of property ``name``: the step's own ``labels`` and
+        its ``reach`` labels (:func:`~c128a.strategies.reach.labels_of`)."""
         self.examples += 1
         self.total += 1
         self.per_property[name] += 1
         self.labels.update(labels)
+        self.reach.update(reach)
         if time.monotonic() - self.sent_at >= PROGRESS_INTERVAL_S:
             self.flush()
 
@@ -232,6 +237,7 @@ class Progress:
             ("progress", self.index, {
                 "examples": self.examples,
                 "labels": dict(self.labels),
+                "reach": dict(self.reach),
                 "per_property": dict(self.per_property),
                 "running": self.running,
                 "time": self.timer.take(),
@@ -239,6 +245,7 @@ class Progress:
         )
         self.examples = 0
         self.labels.clear()
+        self.reach.clear()
         self.per_property.clear()
         self.sent_at = time.monotonic()
 
@@ -384,7 +391,7 @@ class Worker:
             if self.stopping() and not failing:
                 raise StopRequested
             self.write_inflight(prop.name, seed, batch)
-            self.progress.count(prop.name, batch.labels)
+            self.progress.count(prop.name, batch.labels, labels_of(batch, prop.reach))
             try:
                 if failing:  # shrinking: supervision
                     run()

@@ -1,0 +1,383 @@
+"""The contract's input space, cut into buckets, and where a step falls in it.
+
+Every dimension of what a correct builder must handle (CONTRACT.md, "The
+whole input space") is a :class:`Dimension` with buckets that matter to an
+implementation: token counts past a tile, a block, the engine's usual 8,192;
+request indices past 16 and 256; buffers that are views of a pool; block
+sizes and ratios that are not powers of two or whose float32 reciprocal
+divides wrong; a width narrower or wider than the last build's. A step's
+buckets (:func:`buckets_of`) are what the properties report with
+``event()`` (``"tokens T: 65-1,024"``), what ``c128a fuzz`` counts in its
+reach table and JSON report, and what the reach test (``tests/test_reach.py``)
+requires every property's strategy to draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..contract import WIDTH_ALIGNMENT, capacity_width, policy
+from ..step import Batch
+
+SEPARATOR = ": "
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of the input space: its buckets, in order, and the
+    bucket a step falls in (None where the step says nothing about it)."""
+
+    name: str
+    buckets: tuple[str, ...]
+    bucket_of: Callable[[Batch], str | None]
+
+    def label(self, bucket: str) -> str:
+        """The ``event()`` text of one bucket: ``"dimension: bucket"``."""
+        return f"{self.name}{SEPARATOR}{bucket}"
+
+
+def _cut(value: int, edges: tuple[tuple[int, str], ...]) -> str:
+    """The name of the first ``(upper bound, name)`` whose bound holds ``value``."""
+    for bound, name in edges:
+        if value <= bound:
+            return name
+    raise AssertionError(f"{value} is above every edge")
+
+
+def _tokens(batch: Batch) -> str:
+    return _cut(batch.num_tokens, (
+        (0, "0"), (1, "1"), (64, "2-64"), (1_024, "65-1,024"), (8_192, "1,025-8,192"),
+        (1 << 62, "above 8,192"),
+    ))
+
+
+def _requests(batch: Batch) -> str:
+    """Requests the step's tokens belong to (padding tokens borrow a real one's)."""
+    return _cut(len(set(batch.token_to_req_indices[: batch.num_tokens])), (
+        (0, "0"), (1, "1"), (16, "2-16"), (256, "17-256"), (1 << 62, "257-512"),
+    ))
+
+
+ELEMENT_EDGES = (
+    (1 << 16, "up to 65,536"), (1 << 20, "65,537-1,048,576"),
+    (1 << 23, "1,048,577-8,388,608"), (1 << 62, "above 8,388,608"),
+)
+
+
+def _elements(batch: Batch) -> str:
+    return _cut(batch.num_tokens * batch.width, ELEMENT_EDGES)
+
+
+def _mix(batch: Batch) -> str:
+    t, d = batch.num_tokens, batch.num_decode_tokens
+    if t == 0:
+        return "no tokens"
+    return "decode only" if d == t else "prefill only" if d == 0 else "decode + prefill"
+
+
+def _decode_rows(batch: Batch) -> str:
+    return _cut(batch.num_decode_tokens, ((0, "0"), (64, "1-64"), (1 << 62, "above 64")))
+
+
+def _speculative(batch: Batch) -> str | None:
+    """Whether a decode request has several real (slotted) tokens."""
+    d = batch.num_decode_tokens
+    if d == 0:
+        return None
+    real = [r for r, s in zip(batch.token_to_req_indices[:d], batch.slot_mapping) if s >= 0]
+    return "2-8 tokens a request" if len(real) > len(set(real)) else "1 token a request"
+
+
+def _padding_tokens(batch: Batch) -> list[int]:
+    return [t for t in range(batch.num_tokens) if batch.slot_mapping[t] < 0]
+
+
+def _padding(batch: Batch) -> str | None:
+    """Tail padding is a run of padding tokens at the end; inside, any before a real token."""
+    if batch.num_tokens == 0:
+        return None
+    padded = _padding_tokens(batch)
+    tail = bool(padded) and padded[-1] == batch.num_tokens - 1
+    inside = bool(padded) and any(
+        batch.slot_mapping[t] >= 0 for t in range(padded[0] + 1, batch.num_tokens)
+    )
+    return {(False, False): "none", (True, False): "tail", (False, True): "inside",
+            (True, True): "tail and inside"}[tail, inside]
+
+
+def _padding_slot(batch: Batch) -> str | None:
+    slots = [batch.slot_mapping[t] for t in _padding_tokens(batch)]
+    if not slots:
+        return None
+    return "below -1" if min(slots) < -1 else "-1"
+
+
+def _padding_position(batch: Batch) -> str | None:
+    """A padding token past every real token of its request holds a stale,
+    larger position (a longer request of an earlier step left it)."""
+    padded = _padding_tokens(batch)
+    if not padded:
+        return None
+    longest: dict[int, int] = {}
+    for t in range(batch.num_tokens):
+        if batch.slot_mapping[t] >= 0:
+            request = batch.token_to_req_indices[t]
+            longest[request] = max(longest.get(request, -1), batch.positions[t])
+    past = any(
+        batch.positions[t] > longest.get(batch.token_to_req_indices[t], batch.positions[t])
+        for t in padded
+    )
+    return "stale, past its request" if past else "within its request"
+
+
+def _longest_list(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    longest = min((max(batch.positions) + 1) // batch.compress_ratio, batch.width)
+    return _cut(longest, (
+        (0, "0 (every length 0)"), (127, "1-127"), (1_023, "128-1,023"),
+        (1 << 62, "1,024 and more"),
+    ))
+
+
+def _buffer_layout(batch: Batch) -> str:
+    layout = batch.buffer_layout
+    if layout.pooled:
+        return "one pool for both buffers"
+    if layout.row_padding:
+        return "row stride above C"
+    if layout.offset:
+        return "offset view"
+    return "own allocation"
+
+
+def _block_table(batch: Batch) -> str | None:
+    if batch.num_decode_tokens == 0:
+        return None
+    if not len(batch.block_table):
+        return "no rows"
+    wider = batch.block_table_row_stride > batch.table_width
+    return "slice of a wider table" if wider else "dense"
+
+
+def _power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _block_size(batch: Batch) -> str:
+    b = batch.block_size
+    if b in (1, 2):
+        return str(b)
+    if b > 128:
+        return "above 128"
+    return "power of two 4-128" if _power_of_two(b) else "not a power of two"
+
+
+def _ratio(batch: Batch) -> str:
+    r = batch.compress_ratio
+    if r == 128:
+        return "128"
+    if r == 1:
+        return "1"
+    if not _power_of_two(r):
+        return "not a power of two"
+    return "power of two 2-64" if r < 128 else "power of two above 128"
+
+
+def floors_wrong(values: np.ndarray, divisor: int) -> bool:
+    """Whether any of ``values`` divided by ``divisor`` through a float32
+    reciprocal (value times 1/divisor, truncated) differs from the integer
+    quotient: the shortcut a kernel takes for an integer division."""
+    if _power_of_two(divisor) or not len(values):
+        return False
+    reciprocal = np.float32(1.0) / np.float32(divisor)
+    quotient = (values.astype(np.float32) * reciprocal).astype(np.int64)
+    return bool((quotient != values // divisor).any())
+
+
+def _division_by_ratio(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    lengths = np.asarray(batch.positions, dtype=np.int64) + 1
+    wrong = floors_wrong(lengths, batch.compress_ratio)
+    return "floors a token's length wrong" if wrong else "exact for every token"
+
+
+def _division_by_block(batch: Batch) -> str | None:
+    """Columns j < n(t) of decode rows: their page j // B."""
+    d = batch.num_decode_tokens
+    if d == 0:
+        return None
+    longest = min((max(batch.positions[:d]) + 1) // batch.compress_ratio, batch.width)
+    wrong = floors_wrong(np.arange(longest, dtype=np.int64), batch.block_size)
+    return "floors a column's page wrong" if wrong else "exact for every column"
+
+
+def _width_against_need(batch: Batch) -> str:
+    if batch.width == batch.capacity:
+        return "C"
+    needed = batch.max_seq_len // batch.compress_ratio
+    if batch.width < needed:
+        return "narrower than the longest list (clamps)"
+    usual = min(max(policy.next_power_of_2(max(needed, 1)), WIDTH_ALIGNMENT), batch.capacity)
+    return "the policy's width" if batch.width == usual else "wider than the policy's, below C"
+
+
+def _width(batch: Batch) -> str:
+    return _cut(batch.width, (
+        (128, "128"), (1_023, "256-1,023"), (8_191, "1,024-8,191"), (1 << 62, "8,192 and more"),
+    ))
+
+
+def _capacity(batch: Batch) -> str:
+    c = batch.capacity
+    if c == WIDTH_ALIGNMENT:
+        return "128"
+    return "a power of two above 128" if _power_of_two(c) else "not a power of two"
+
+
+def _model_length(batch: Batch) -> str:
+    """Whether C needs the model length rounded up: ceil(L / R) entries, not
+    floor (a builder that rounds down sizes the buffers one tile short)."""
+    length, ratio = batch.max_model_len, batch.compress_ratio
+    if length % ratio == 0:
+        return "a multiple of R"
+    floored = max(length // ratio, 1)
+    rounded_down = -(-floored // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+    if rounded_down != capacity_width(length, ratio):
+        return "not a multiple of R, rounding down changes C"
+    return "not a multiple of R, C the same either way"
+
+
+def _width_history(batch: Batch) -> str | None:
+    """The step against the one built before it into the same buffers
+    (``prior_width``; 0 is the widest the buffers allow)."""
+    if batch.num_tokens == 0:
+        return None
+    prior = batch.earlier_width
+    if prior == batch.width:
+        return "same W"
+    return "narrower than the last build" if batch.width < prior else "wider than the last build"
+
+
+WIDTH_HISTORY = "width history"
+
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("tokens T", ("0", "1", "2-64", "65-1,024", "1,025-8,192", "above 8,192"), _tokens),
+    Dimension("requests", ("0", "1", "2-16", "17-256", "257-512"), _requests),
+    Dimension("elements T x W", ("up to 65,536", "65,537-1,048,576", "1,048,577-8,388,608",
+                                 "above 8,388,608"), _elements),
+    Dimension("decode/prefill mix", ("no tokens", "decode only", "prefill only",
+                                     "decode + prefill"), _mix),
+    Dimension("decode rows", ("0", "1-64", "above 64"), _decode_rows),
+    Dimension("speculative decode", ("1 token a request", "2-8 tokens a request"), _speculative),
+    Dimension("padding", ("none", "tail", "inside", "tail and inside"), _padding),
+    Dimension("padding slot", ("-1", "below -1"), _padding_slot),
+    Dimension("padding position", ("within its request", "stale, past its request"),
+              _padding_position),
+    Dimension("longest list n(t)", ("0 (every length 0)", "1-127", "128-1,023",
+                                    "1,024 and more"), _longest_list),
+    Dimension("buffer layout", ("own allocation", "offset view", "row stride above C",
+                                "one pool for both buffers"), _buffer_layout),
+    Dimension("block table", ("dense", "slice of a wider table"), _block_table),
+    Dimension("block size B", ("1", "2", "power of two 4-128", "not a power of two",
+                               "above 128"), _block_size),
+    Dimension("compress ratio R", ("1", "power of two 2-64", "128", "power of two above 128",
+                                   "not a power of two"), _ratio),
+    Dimension("float32 division by R", ("exact for every token",
+                                        "floors a token's length wrong"), _division_by_ratio),
+    Dimension("float32 division by B", ("exact for every column",
+                                        "floors a column's page wrong"), _division_by_block),
+    Dimension("width against need", ("narrower than the longest list (clamps)",
+                                     "the policy's width", "wider than the policy's, below C",
+                                     "C"), _width_against_need),
+    Dimension("width W", ("128", "256-1,023", "1,024-8,191", "8,192 and more"), _width),
+    Dimension("capacity C", ("128", "a power of two above 128", "not a power of two"),
+              _capacity),
+    Dimension("model length", ("a multiple of R", "not a multiple of R, rounding down changes C",
+                               "not a multiple of R, C the same either way"), _model_length),
+    Dimension(WIDTH_HISTORY, ("same W", "narrower than the last build",
+                              "wider than the last build"), _width_history),
+)
+"""Every dimension, in the order the reach table prints them."""
+
+BY_NAME: dict[str, Dimension] = {d.name: d for d in DIMENSIONS}
+
+Exclusions = Mapping[str, "tuple[str, ...] | None"]
+"""Dimension name -> the buckets a property never draws by design (None: the
+whole dimension does not apply to it)."""
+
+ONE_BUILD: Exclusions = MappingProxyType({WIDTH_HISTORY: None})
+"""What a property that builds each step into fresh buffers does not reach:
+its steps have no history."""
+
+MODEL_LENGTH_ONLY: Exclusions = MappingProxyType({
+    d.name: None for d in DIMENSIONS if d.name not in ("compress ratio R", "capacity C",
+                                                       "model length")
+})
+"""What ``width_policy`` does not reach: it reads only R and the model length."""
+
+
+def beyond_budget(budget) -> Exclusions:
+    """The buckets a :class:`~c128a.strategies.budget.SizeBudget` keeps out
+    of reach: builds of more elements than it allows (the GPU's budget
+    reaches every bucket; the interpreter's stops below 8,388,608)."""
+    previous, unreachable = 0, []
+    for bound, name in ELEMENT_EDGES:
+        if previous >= budget.max_elements:
+            unreachable.append(name)
+        previous = bound
+    return {"elements T x W": tuple(unreachable)} if unreachable else {}
+
+
+def buckets_of(batch: Batch, exclusions: Exclusions = ONE_BUILD) -> dict[str, str]:
+    """Dimension name -> the bucket ``batch`` falls in, for every dimension
+    the step says something about and ``exclusions`` does not leave out."""
+    found = {}
+    for dimension in DIMENSIONS:
+        if exclusions.get(dimension.name, ()) is None:
+            continue
+        bucket = dimension.bucket_of(batch)
+        if bucket is not None:
+            found[dimension.name] = bucket
+    return found
+
+
+def labels_of(batch: Batch, exclusions: Exclusions = ONE_BUILD) -> tuple[str, ...]:
+    """:func:`buckets_of` as ``event()`` texts, ``"dimension: bucket"``."""
+    return tuple(BY_NAME[name].label(bucket) for name, bucket in buckets_of(batch, exclusions).items())
+
+
+def expected(exclusions: Exclusions = ONE_BUILD) -> dict[str, tuple[str, ...]]:
+    """Dimension name -> the buckets a strategy under ``exclusions`` must draw."""
+    found = {}
+    for dimension in DIMENSIONS:
+        left_out = exclusions.get(dimension.name, ())
+        if left_out is None:
+            continue
+        found[dimension.name] = tuple(b for b in dimension.buckets if b not in left_out)
+    return found
+
+
+def parse_label(label: str) -> tuple[str, str] | None:
+    """(dimension, bucket) of a reach label, None for any other ``event()`` text."""
+    name, separator, bucket = label.partition(SEPARATOR)
+    if separator and name in BY_NAME and bucket in BY_NAME[name].buckets:
+        return name, bucket
+    return None
+
+
+def reach_table(counts: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """Label counts (``"dimension: bucket"`` -> examples) as dimension ->
+    bucket -> examples, every bucket of every dimension listed (0 where none
+    was drawn), in :data:`DIMENSIONS` order; other labels are left out."""
+    table = {d.name: {b: 0 for b in d.buckets} for d in DIMENSIONS}
+    for label, count in counts.items():
+        parsed = parse_label(label)
+        if parsed is not None:
+            table[parsed[0]][parsed[1]] += count
+    return table

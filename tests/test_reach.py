@@ -1,0 +1,127 @@
+"""The suite proves its reach: every property's strategy draws every bucket
+of every dimension of the input space that applies to it.
+
+The reach counterpart of the kill matrix (:mod:`c128a.runners.reach`): each
+property's own Hypothesis test runs with a check that builds nothing and
+records where each drawn step falls (:mod:`c128a.strategies.reach`), under
+each device's size budget (:mod:`c128a.strategies.budget`; a name only: no
+device is touched). A bucket a property should reach and never draws fails,
+naming the property, the dimension and the bucket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from c128a import cli
+from c128a.checks import PROPERTIES
+from c128a.runners.reach import (
+    BUDGET_DEVICES,
+    README_END,
+    README_START,
+    REACH_EXAMPLES,
+    ci_profile_reach,
+    ci_settings,
+    drawn_reach,
+    markdown_reach,
+    missing_text,
+    reach_rows,
+    unreached,
+)
+from c128a.strategies import batches
+from c128a.strategies.budget import CPU_BUDGET, size_budget
+from c128a.strategies.reach import DIMENSIONS, ONE_BUILD, beyond_budget, expected
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+@pytest.mark.parametrize("device", BUDGET_DEVICES)
+@pytest.mark.parametrize("name", list(PROPERTIES))
+def test_property_reaches_every_bucket(name, device):
+    prop = PROPERTIES[name]
+    missing = unreached(prop, drawn_reach(prop, device, ci_settings(REACH_EXAMPLES)), device)
+    assert not missing, missing_text({(name, device): missing},
+                                     f"{REACH_EXAMPLES} derandomised draws")
+
+
+def test_the_ci_profile_reaches_every_bucket():
+    """The draws of the ci profile itself (those ``tests/test_properties.py``
+    makes in CI, the historical steps included) reach, over all properties,
+    every bucket the interpreter's budget allows: a CI run shows each one."""
+    drawn = ci_profile_reach(PROPERTIES, "cpu")
+    left_out = beyond_budget(CPU_BUDGET)
+    missing = [
+        (d.name, bucket) for d in DIMENSIONS for bucket in d.buckets
+        if bucket not in left_out.get(d.name, ()) and not drawn[d.name, bucket]
+    ]
+    assert not missing, missing_text({("every property", "cpu"): missing}, "the ci profile")
+
+
+def test_the_readme_shows_the_reach_table_of_these_strategies():
+    text = README.read_text()
+    shown = re.search(re.escape(README_START) + r"\n(.*)\n" + re.escape(README_END), text,
+                      re.DOTALL)
+    assert shown, f"README.md has no {README_START} ... {README_END} markers"
+    assert shown.group(1) == markdown_reach(PROPERTIES), (
+        "README.md's reach table is stale: run c128a reach --update-readme README.md"
+    )
+
+
+def test_the_gpu_budget_reaches_buckets_the_interpreters_does_not():
+    assert beyond_budget(size_budget("cuda")) == {}
+    assert beyond_budget(size_budget("cpu")) == {"elements T x W": ("above 8,388,608",)}
+
+
+def test_a_bucket_never_drawn_is_named_with_its_property_and_dimension():
+    small_only = dataclasses.replace(
+        PROPERTIES["matches_oracle"], name="small_only",
+        strategy=lambda target, max_tokens, budget: batches(target, max_tokens=8, layouts=False),
+    )
+    counts = drawn_reach(small_only, "cpu", ci_settings(50))
+    missing = unreached(small_only, counts, "cpu")
+    for bucket in (("tokens T", "above 8,192"), ("requests", "257-512"),
+                   ("buffer layout", "one pool for both buffers")):
+        assert bucket in missing
+    assert "small_only: tokens T: bucket 'above 8,192' never drawn in 50 draws (cpu budget)" in (
+        missing_text({("small_only", "cpu"): missing}, "50 draws"))
+
+
+def test_the_command_lists_what_a_short_run_misses(capsys):
+    assert cli.main(["reach", "--property", "views", "--examples", "5"]) == 1
+    out = capsys.readouterr().out
+    assert "views: tokens T: bucket 'above 8,192' never drawn in 5 derandomised draws" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--examples", "0"], "--examples=0 must be >= 1"),
+    (["--property", "nope"], "unknown --property nope"),
+    (["--update-readme", "/nonexistent/README.md"], "no such file"),
+])
+def test_the_command_refuses_bad_options(argv, message, capsys):
+    assert cli.main(["reach", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_each_property_names_only_dimensions_that_exist():
+    names = {d.name for d in DIMENSIONS}
+    for prop in PROPERTIES.values():
+        assert set(prop.reach) <= names, prop.name
+        for dimension, buckets in prop.reach.items():
+            known = next(d for d in DIMENSIONS if d.name == dimension).buckets
+            assert buckets is None or set(buckets) <= set(known), (prop.name, dimension)
+    assert set(expected(ONE_BUILD)) == names - {"width history"}
+
+
+def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
+    table = {d.name: {b: 0 for b in d.buckets} for d in DIMENSIONS}
+    table["tokens T"]["1"] = 7
+    with (tmp_path / "out").open("w") as out:
+        Console(file=out, width=400, color_system=None).print(reach_rows(table))
+    shown = (tmp_path / "out").read_text()
+    assert "tokens T" in shown and "1: 7" in shown and "above 8,192: 0" in shown
+    assert all(d.name in shown for d in DIMENSIONS)
