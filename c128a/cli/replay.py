@@ -2,9 +2,13 @@
 
 Exit status: 0 when every case passes now, 1 when one still fails (a
 contract violation, a crash or a hang), 2 when a file is malformed or a case
-cannot be replayed here. Every file runs, whatever the ones before it did.
+cannot be replayed here, 130/143 after SIGINT/SIGTERM. Every file runs,
+whatever the ones before it did.
 Crash and hang cases run in a child process with a time limit, so that a
-target that crashes or hangs again cannot take the replay down with it.
+target that crashes or hangs again cannot take the replay down with it. A
+child runs in a session of its own: it is killed with its process group (the target's own
+processes too), and a SIGINT or SIGTERM to the replay is passed on to that
+group and waited for.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import signal
 import site
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError
@@ -38,6 +45,10 @@ ISOLATED_KINDS = ("crash", "hang")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The folder holding the c128a package this process runs."""
 DEFAULT_TIMEOUT_S = 300.0
+STOP_GRACE_S = 5.0
+"""After a SIGINT or SIGTERM passed on to a child's process group: how long
+it may take to end before the group is killed."""
+POLL_S = 0.1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -79,11 +90,75 @@ def target_spec(case: Case, option: str | None) -> tuple[str, str]:
     )
 
 
+class ReplayInterrupted(BaseException):
+    """SIGINT or SIGTERM to the replay: no further file runs. A BaseException,
+    so that no replay mistakes it for the failure it replays."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class ChildSignals:
+    """SIGINT and SIGTERM while the replay runs: passed on to the process
+    group of the child running a case, which the replay then waits for; with
+    no child running, the replay stops at once."""
+
+    def __init__(self):
+        self.group: int | None = None  # the running child's process group
+        self.starting = False  # a child is being started: its group is not known yet
+        self.received: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> "ChildSignals":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signum: signal.signal(signum, self.handle)
+                             for signum in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def handle(self, signum: int, frame=None) -> None:
+        first = self.received is None
+        if first:
+            self.received = signum
+        if self.group is not None:
+            _signal_group(self.group, signum if first else signal.SIGKILL)
+        elif not self.starting:
+            raise ReplayInterrupted(signum)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):  # the group has ended
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise UsageError(f"--timeout={args.timeout} must be > 0")
+    if args.in_process:
+        return replay_files(args)
+    # Ctrl-C reaches this process only (a child runs in a session of its own).
+    with ChildSignals() as signals:
+        args.signals = signals
+        try:
+            return replay_files(args)
+        except ReplayInterrupted as stop:
+            name = signal.Signals(stop.signum).name
+            print(f"c128a replay: interrupted by {name}; no further file runs", file=sys.stderr)
+            return 128 + stop.signum
+
+
+def replay_files(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     properties = import_mapping(args.properties, "--properties", DEFAULT_PROPERTIES)
+    if args.in_process:
+        # A replay's child: SIGINT passed on by the parent ends it quietly.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     verdicts = [replay_file(file, args, device, properties) for file in args.files]
     if EXIT_FAILED in verdicts:
         return EXIT_FAILED
@@ -143,31 +218,109 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
                "--device", device, "--target", spec, "--properties", args.properties,
                "--machine", args.machine,
                *(["--padding-rows", args.padding_rows] if args.padding_rows else [])]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        child = subprocess.run(command, timeout=args.timeout, stdout=_child_stream(sys.stdout),
-                               stderr=_child_stream(sys.stderr), env=_child_environment())
-    except subprocess.TimeoutExpired as exc:
-        _relay(exc.stdout, sys.stdout)
-        _relay(exc.stderr, sys.stderr)
+    ended = run_child(command, args.timeout, getattr(args, "signals", None))
+    if ended.interrupted is not None:
+        raise ReplayInterrupted(ended.interrupted)
+    if ended.killed_for == "case":
         print(f"case:     {file}\nresult:   STILL HANGS: the {case.kind} case ran past "
-              f"--timeout={args.timeout:g} s in its child process, which was killed\n")
+              f"--timeout={args.timeout:g} s in its child process, which was killed with its "
+              "process group\n")
         return EXIT_FAILED
-    _relay(child.stdout, sys.stdout)
-    _relay(child.stderr, sys.stderr)
-    if child.returncode < 0:
+    if ended.returncode < 0:
         try:
-            name = signal.Signals(-child.returncode).name
+            name = signal.Signals(-ended.returncode).name
         except ValueError:  # a signal without a name (SIGRTMIN + n)
-            name = f"signal {-child.returncode}"
+            name = f"signal {-ended.returncode}"
         print(f"case:     {file}\nresult:   STILL CRASHES: its child process died of {name}\n")
         return EXIT_FAILED
-    if child.returncode not in (EXIT_OK, EXIT_FAILED, EXIT_USAGE):
+    if ended.returncode not in (EXIT_OK, EXIT_FAILED, EXIT_USAGE):
         print(f"case:     {file}\nresult:   STILL CRASHES: its child process exited "
-              f"{child.returncode}\n")
+              f"{ended.returncode}\n")
         return EXIT_FAILED
-    return child.returncode
+    return ended.returncode
+
+
+@dataclass
+class ChildEnd:
+    returncode: int
+    killed_for: str | None = None  # "case": past the timeout
+    interrupted: int | None = None  # the signal passed on to the child's group
+
+
+def run_child(command: list[str], timeout: float | None,
+              signals: ChildSignals | None = None) -> ChildEnd:
+    """Run a replay's child in a session of its own and wait for it,
+    ``timeout`` seconds at most (None: no limit). Past it, or
+    ``STOP_GRACE_S`` after a signal passed on to it, its whole process group
+    is killed, and so is whatever of the group outlives it: nothing of a
+    replay's child survives the replay."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if signals is not None:
+        signals.starting = True  # a signal now is passed on once the child runs
+    try:
+        child = subprocess.Popen(
+            command, stdout=_child_stream(sys.stdout), stderr=_child_stream(sys.stderr),
+            env=_child_environment(), start_new_session=True,
+        )
+    except BaseException:
+        if signals is not None:
+            signals.starting = False
+        raise
+    if signals is not None:
+        signals.group, signals.starting = child.pid, False
+        if signals.received is not None:
+            _signal_group(child.pid, signals.received)
+    relays = [_Relay(pipe, handle) for pipe, handle in ((child.stdout, sys.stdout),
+                                                        (child.stderr, sys.stderr)) if pipe]
+    ended = ChildEnd(returncode=0)
+    try:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stop_deadline: float | None = None
+        while child.poll() is None:
+            now = time.monotonic()
+            if signals is not None and signals.received is not None:
+                stop_deadline = stop_deadline or now + STOP_GRACE_S
+                if now > stop_deadline:
+                    _signal_group(child.pid, signal.SIGKILL)
+            if deadline is not None and now > deadline and not ended.killed_for:
+                ended.killed_for = "case"
+                _signal_group(child.pid, signal.SIGKILL)
+            try:
+                child.wait(POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        _signal_group(child.pid, signal.SIGKILL)  # the target's own processes, if any are left
+        child.wait()
+        if signals is not None:
+            signals.group = None
+        for relay in relays:
+            relay.finish()
+    ended.returncode = child.returncode
+    if signals is not None:
+        ended.interrupted = signals.received
+    return ended
+
+
+class _Relay:
+    """A child's output read from its pipe as it comes (so that it never
+    blocks on a full pipe), written to ``handle`` once the child ends."""
+
+    def __init__(self, pipe, handle):
+        self.pipe, self.handle, self.chunks = pipe, handle, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for chunk in iter(lambda: self.pipe.read1(1 << 16), b""):
+            self.chunks.append(chunk)
+
+    def finish(self) -> None:
+        # A process that left the child's group (its own session) may hold
+        # the pipe open: what came so far is relayed, the rest is not waited for.
+        self.thread.join(STOP_GRACE_S)
+        _relay(b"".join(self.chunks), self.handle)
 
 
 def _child_environment() -> dict[str, str]:
