@@ -1,5 +1,5 @@
 """``c128a replay`` under real processes and signals: what its child
-processes leave behind.
+processes leave behind, and when its clock starts.
 
 Each replay here is a real ``c128a replay`` process (in its own session, so
 a signal to it reaches nobody else) with its real child; the stand-in
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from c128a.failures import EXIT_FAILED
+from c128a import cli
+from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from c128a.runners import cases
 from test_cases import THRESHOLD, make_case
 from test_fuzz_faults import alive, ps, wait_until
@@ -31,6 +32,8 @@ pytestmark = [
 PACKAGE_ROOT = Path(cases.__file__).resolve().parents[2]
 STANDIN_MODULE = "standin_replay_processes_c128a_test"
 PIDS_ENV = "C128A_TEST_REPLAY_PIDS"
+SLOW_START_ENV = "C128A_TEST_SLOW_CHILD_START"
+SLOW_START_S = 8.0
 STANDIN_SOURCE = f'''
 import os
 import subprocess
@@ -39,6 +42,12 @@ import time
 from types import SimpleNamespace
 
 from c128a.contract import oracle
+
+if "--in-process" in sys.argv and os.environ.get("{SLOW_START_ENV}"):
+    # The start-up a replay's child pays (torch, compiles) made long and
+    # sure; only in the child, so that the test's own process does not wait.
+    time.sleep({SLOW_START_S})
+
 
 def _on_trigger(action):
     def build_c128a_topk_metadata(*args):
@@ -71,6 +80,7 @@ def _hang_with_a_grandchild():
 
 
 hangs_with_a_grandchild = _on_trigger(_hang_with_a_grandchild)
+correct = _on_trigger(lambda: None)
 '''
 
 
@@ -184,3 +194,29 @@ def test_a_signal_to_the_replay_ends_its_child_and_the_targets_process(
     assert "Traceback" not in err
     wait_until(lambda: not any(alive(pid) for pid in pids), 10,
                f"the replay's child and the target's process still running:\n{ps(pids)}")
+
+
+# ---------------------------------------------------------------- --timeout
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
+def test_replay_timeout_must_be_finite_and_positive(tmp_path, capsys, value):
+    """A usage error (exit 2) naming the option, the value and the rule
+    (before, inf was taken: a hang case would never be killed)."""
+    status = cli.main(["replay", str(hang_case(tmp_path)), "--device", "cpu",
+                       "--timeout", value])
+    assert status == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--timeout={float(value)} must be a finite number of seconds > 0" in err, err
+
+
+def test_replay_timeout_counts_from_the_start_of_the_case(tmp_path, standin):
+    """A hang case on a correct target whose child takes 8 s to start
+    passes under --timeout 4: the clock starts when the child starts the
+    case (before, start-up counted: PASSES never showed, STILL HANGS did)."""
+    replay = start_replay(tmp_path, standin, hang_case(tmp_path), "--target",
+                          f"{STANDIN_MODULE}:correct", "--timeout", "4",
+                          env={SLOW_START_ENV: "1"})
+    assert ended_within(replay, 180) == EXIT_OK, replay.output()
+    out, err = replay.output()
+    assert "result:   PASSES now" in out and "STILL HANGS" not in out, (out, err)

@@ -6,15 +6,18 @@ cannot be replayed here, 130/143 after SIGINT/SIGTERM. Every file runs,
 whatever the ones before it did.
 Crash and hang cases run in a child process with a time limit, so that a
 target that crashes or hangs again cannot take the replay down with it. A
-child runs in a session of its own: it is killed with its process group (the target's own
-processes too), and a SIGINT or SIGTERM to the replay is passed on to that
-group and waited for.
+child runs in a session of its own: it is killed with its process group
+(the target's own processes too), and a SIGINT or SIGTERM to the replay is
+passed on to that group and waited for. Its time limit counts from when it
+starts the case, not from its start-up (torch's import: seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import select
 import signal
 import site
 import subprocess
@@ -45,6 +48,12 @@ ISOLATED_KINDS = ("crash", "hang")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The folder holding the c128a package this process runs."""
 DEFAULT_TIMEOUT_S = 300.0
+STARTUP_LIMIT_S = 600.0
+"""How long a replay's child may take to start its case (the interpreter,
+torch, the target's import) before it is killed: ``--timeout`` counts from
+the case's start, so that a slow start-up never reads as a hang."""
+STARTED = b"started\n"
+"""What a replay's child writes to ``--started-fd`` as it starts the case."""
 STOP_GRACE_S = 5.0
 """After a SIGINT or SIGTERM passed on to a child's process group: how long
 it may take to end before the group is killed."""
@@ -59,9 +68,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--machine", metavar="MODULE:ATTR", default=DEFAULT_MACHINE,
                         help=f"serving-loop machine factory (default {DEFAULT_MACHINE})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help="seconds a crash or hang case may run in its child process "
-                        f"(default {DEFAULT_TIMEOUT_S:g})")
+                        help="seconds a crash or hang case may run in its child process, "
+                        "counted from when the child starts the case (its start-up may take "
+                        f"up to {STARTUP_LIMIT_S:g} s more; default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    # A replay's child: where to say it starts the case (the parent's clock starts then).
+    parser.add_argument("--started-fd", type=int, default=None, help=argparse.SUPPRESS)
     parser.epilog = (
         "Without --target (or $C128A_TARGET) each case runs against the target it names, "
         "if that is a built-in target or a c128a module: any other module the case names "
@@ -138,8 +150,12 @@ def _signal_group(group: int, signum: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout={args.timeout} must be > 0")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise UsageError(
+            f"--timeout={args.timeout} must be a finite number of seconds > 0 (how long a crash "
+            f"or hang case may run once its child process has started it); give e.g. "
+            f"--timeout {DEFAULT_TIMEOUT_S:g}, the default"
+        )
     if args.in_process:
         return replay_files(args)
     # Ctrl-C reaches this process only (a child runs in a session of its own).
@@ -196,6 +212,8 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         machine = (
             import_object(args.machine, "--machine") if case.property == SERVING_LOOP else None
         )
+        if args.started_fd is not None:
+            os.write(args.started_fd, STARTED)
         outcome = replay_case(case, target, device, properties=properties,
                               machine_factory=machine, padding_rows=override)
     except (CaseError, UsageError) as exc:
@@ -210,8 +228,9 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
 
 
 def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str):
-    """A crash or hang case in its own process, under ``--timeout``: a crash
-    or a timeout there means the target still fails; this process goes on."""
+    """A crash or hang case in its own process, under ``--timeout`` from when
+    the child starts the case: a crash or a timeout there means the target
+    still fails; this process goes on."""
     # -P: the current folder stays off the child's sys.path, so a rich.py (or
     # any module the child imports) lying there is never run.
     command = [sys.executable, "-P", "-m", "c128a.cli", "replay", file, "--in-process",
@@ -226,6 +245,11 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
               f"--timeout={args.timeout:g} s in its child process, which was killed with its "
               "process group\n")
         return EXIT_FAILED
+    if ended.killed_for == "start-up":
+        print(f"case:     {file}\nresult:   CANNOT REPLAY here: its child process did not "
+              f"start the case within {STARTUP_LIMIT_S:g} s (the interpreter, the imports, the "
+              "target's load) and was killed with its process group\n")
+        return EXIT_USAGE
     if ended.returncode < 0:
         try:
             name = signal.Signals(-ended.returncode).name
@@ -243,30 +267,36 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
 @dataclass
 class ChildEnd:
     returncode: int
-    killed_for: str | None = None  # "case": past the timeout
+    killed_for: str | None = None  # "case": past the timeout; "start-up": past STARTUP_LIMIT_S
     interrupted: int | None = None  # the signal passed on to the child's group
 
 
 def run_child(command: list[str], timeout: float | None,
               signals: ChildSignals | None = None) -> ChildEnd:
-    """Run a replay's child in a session of its own and wait for it,
-    ``timeout`` seconds at most (None: no limit). Past it, or
-    ``STOP_GRACE_S`` after a signal passed on to it, its whole process group
-    is killed, and so is whatever of the group outlives it: nothing of a
-    replay's child survives the replay."""
+    """Run a replay's child in a session of its own and wait for it: its
+    ``timeout`` counts from when it writes :data:`STARTED` to the pipe named
+    by ``--started-fd``, its start-up may take :data:`STARTUP_LIMIT_S`. Past
+    either, or ``STOP_GRACE_S`` after a signal passed on to it, its whole
+    process group is killed, and so is whatever of the group outlives it:
+    nothing of a replay's child survives the replay."""
     sys.stdout.flush()
     sys.stderr.flush()
+    started_read, started_write = os.pipe()
     if signals is not None:
         signals.starting = True  # a signal now is passed on once the child runs
     try:
         child = subprocess.Popen(
-            command, stdout=_child_stream(sys.stdout), stderr=_child_stream(sys.stderr),
+            [*command, "--started-fd", str(started_write)], pass_fds=(started_write,),
+            stdout=_child_stream(sys.stdout), stderr=_child_stream(sys.stderr),
             env=_child_environment(), start_new_session=True,
         )
     except BaseException:
+        os.close(started_read)
         if signals is not None:
             signals.starting = False
         raise
+    finally:
+        os.close(started_write)
     if signals is not None:
         signals.group, signals.starting = child.pid, False
         if signals.received is not None:
@@ -275,7 +305,8 @@ def run_child(command: list[str], timeout: float | None,
                                                         (child.stderr, sys.stderr)) if pipe]
     ended = ChildEnd(returncode=0)
     try:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        startup_deadline = time.monotonic() + STARTUP_LIMIT_S
+        started_at: float | None = None
         stop_deadline: float | None = None
         while child.poll() is None:
             now = time.monotonic()
@@ -283,18 +314,28 @@ def run_child(command: list[str], timeout: float | None,
                 stop_deadline = stop_deadline or now + STOP_GRACE_S
                 if now > stop_deadline:
                     _signal_group(child.pid, signal.SIGKILL)
-            if deadline is not None and now > deadline and not ended.killed_for:
+            if started_at is None:
+                readable, _, _ = select.select([started_read], [], [], POLL_S)
+                if readable:
+                    os.read(started_read, len(STARTED))  # the mark, or the end of the pipe
+                    started_at = time.monotonic()
+                elif now > startup_deadline and ended.killed_for is None:
+                    ended.killed_for = "start-up"
+                    _signal_group(child.pid, signal.SIGKILL)
+            elif timeout is not None and now - started_at > timeout and not ended.killed_for:
                 ended.killed_for = "case"
                 _signal_group(child.pid, signal.SIGKILL)
-            try:
-                child.wait(POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
+            else:
+                try:
+                    child.wait(POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
     finally:
         _signal_group(child.pid, signal.SIGKILL)  # the target's own processes, if any are left
         child.wait()
         if signals is not None:
             signals.group = None
+        os.close(started_read)
         for relay in relays:
             relay.finish()
     ended.returncode = child.returncode
