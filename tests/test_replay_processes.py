@@ -1,5 +1,6 @@
 """``c128a replay`` under real processes and signals: what its child
-processes leave behind, and when its clock starts.
+processes leave behind, when its clock starts, and what a crash of one case
+does to the others.
 
 Each replay here is a real ``c128a replay`` process (in its own session, so
 a signal to it reaches nobody else) with its real child; the stand-in
@@ -80,6 +81,7 @@ def _hang_with_a_grandchild():
 
 
 hangs_with_a_grandchild = _on_trigger(_hang_with_a_grandchild)
+aborts = _on_trigger(os.abort)
 correct = _on_trigger(lambda: None)
 '''
 
@@ -220,3 +222,25 @@ def test_replay_timeout_counts_from_the_start_of_the_case(tmp_path, standin):
     assert ended_within(replay, 180) == EXIT_OK, replay.output()
     out, err = replay.output()
     assert "result:   PASSES now" in out and "STILL HANGS" not in out, (out, err)
+
+
+# ---------------------------------------------------------------- a crash of a failure case
+
+
+def test_a_failure_case_that_now_crashes_is_reported_and_the_next_file_runs(tmp_path, standin):
+    """A failure case whose target now aborts the process: with more than
+    one case, each runs in a child, so that one is reported as crashing
+    (exit 1) and the file after it still runs (before, the whole replay
+    died of SIGABRT and the next file never ran)."""
+    failure, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference"), tmp_path / "failure"
+    )
+    good = good_file(tmp_path)
+    replay = start_replay(tmp_path, standin, failure, good,
+                          "--target", f"{STANDIN_MODULE}:aborts")
+    assert ended_within(replay, 180) == EXIT_FAILED, replay.output()
+    out, err = replay.output()
+    crashed = f"case:     {failure}\nresult:   STILL CRASHES: its child process died of SIGABRT"
+    assert crashed in out, (out, err)
+    after = out.split("STILL CRASHES")[1]
+    assert f"case:     {good}" in after and "result:   PASSES now" in after, (out, err)

@@ -5,7 +5,9 @@ contract violation, a crash or a hang), 2 when a file is malformed or a case
 cannot be replayed here, 130/143 after SIGINT/SIGTERM. Every file runs,
 whatever the ones before it did.
 Crash and hang cases run in a child process with a time limit, so that a
-target that crashes or hangs again cannot take the replay down with it. A
+target that crashes or hangs again cannot take the replay down with it; so
+does every case when the command line holds more than one, so that a
+failure case whose target now crashes the process ends only itself. A
 child runs in a session of its own: it is killed with its process group
 (the target's own processes too), and a SIGINT or SIGTERM to the replay is
 passed on to that group and waited for. Its time limit counts from when it
@@ -175,10 +177,24 @@ def replay_files(args: argparse.Namespace) -> int:
     if args.in_process:
         # A replay's child: SIGINT passed on by the parent ends it quietly.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # With more than one case, each runs in a child process: a target that
+    # crashes the process (a segfault, an abort) on one case must not end
+    # the replay before the others run. A single case runs here: nothing
+    # after it can be lost, and a child's start-up (torch's import,
+    # seconds) would about double its time.
+    args.isolate_every_case = not args.in_process and sum(map(_loads, args.files)) > 1
     verdicts = [replay_file(file, args, device, properties) for file in args.files]
     if EXIT_FAILED in verdicts:
         return EXIT_FAILED
     return EXIT_USAGE if EXIT_USAGE in verdicts else EXIT_OK
+
+
+def _loads(file: str) -> bool:
+    try:
+        load_case(file)
+    except CaseError:
+        return False
+    return True
 
 
 def replay_file(file: str, args: argparse.Namespace, device: str, properties) -> int:
@@ -193,8 +209,10 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     except (CaseError, UsageError) as exc:
         print(f"error: {file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if case.kind in ISOLATED_KINDS and not args.in_process:
-        return replay_in_child(file, case, args, device, spec)
+    if not args.in_process and (case.kind in ISOLATED_KINDS
+                                or getattr(args, "isolate_every_case", False)):
+        timeout = args.timeout if case.kind in ISOLATED_KINDS else None
+        return replay_in_child(file, case, args, device, spec, timeout)
     if override:
         variant_origin = override_origin
     else:
@@ -227,17 +245,18 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     return EXIT_FAILED if outcome.verdict == FAILS else EXIT_USAGE
 
 
-def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str):
-    """A crash or hang case in its own process, under ``--timeout`` from when
-    the child starts the case: a crash or a timeout there means the target
-    still fails; this process goes on."""
+def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str,
+                    timeout: float | None) -> int:
+    """A case in its own process, under ``timeout`` (None: none) from when the
+    child starts the case: a crash or a timeout there means the target still
+    fails; this process goes on."""
     # -P: the current folder stays off the child's sys.path, so a rich.py (or
     # any module the child imports) lying there is never run.
     command = [sys.executable, "-P", "-m", "c128a.cli", "replay", file, "--in-process",
                "--device", device, "--target", spec, "--properties", args.properties,
                "--machine", args.machine,
                *(["--padding-rows", args.padding_rows] if args.padding_rows else [])]
-    ended = run_child(command, args.timeout, getattr(args, "signals", None))
+    ended = run_child(command, timeout, getattr(args, "signals", None))
     if ended.interrupted is not None:
         raise ReplayInterrupted(ended.interrupted)
     if ended.killed_for == "case":
