@@ -41,6 +41,27 @@ slow_failing = SimpleNamespace(build_c128a_topk_metadata=_slowly)
 """2 s a call, failing on most batches: shrinking a failure takes minutes."""
 
 
+FIRST_WRONG_MARKER_ENV = "C128A_TEST_FIRST_WRONG_MARKER"
+
+
+def _slowly_when_wrong(*args):
+    """Right at once, or wrong after SLOW_CALL_S; the first wrong answer
+    creates the file ``$C128A_TEST_FIRST_WRONG_MARKER`` names."""
+    right = oracle.build_c128a_topk_metadata(*args)
+    positions, num_decode = args[0], args[2]
+    if not bool((positions[:num_decode] >= THRESHOLD).any()):
+        return right
+    time.sleep(SLOW_CALL_S)
+    if marker := os.environ.get(FIRST_WRONG_MARKER_ENV):
+        Path(marker).touch()
+    return _late_lengths_one_too_long(*args)
+
+
+slow_when_wrong = SimpleNamespace(build_c128a_topk_metadata=_slowly_when_wrong)
+"""Wrong, after 2 s, on steps with a position >= THRESHOLD: a serving loop runs
+its passing steps fast, and shrinking its failure takes minutes."""
+
+
 def _policy_with_a_bug(max_seq_len, compress_ratio, capacity, *, batch_invariant=None):
     raise RuntimeError("width policy bug: no width for this step")
 

@@ -27,8 +27,14 @@ from c128a import cli
 from c128a.contract import oracle
 from c128a.runners import cases, fuzz
 from c128a.runners.fuzz import supervisor
-from fault_targets import CASES_DIR_ENV, FAULT_PROPERTIES, policy_raises, slow_failing
-from test_fuzz import MACHINE_SPEC, make_config, standin_machine
+from fault_targets import (
+    CASES_DIR_ENV,
+    FAULT_PROPERTIES,
+    FIRST_WRONG_MARKER_ENV,
+    policy_raises,
+    slow_failing,
+)
+from test_fuzz import MACHINE_SPEC, lens_mutant, make_config, standin_machine
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/stat").exists(),
@@ -297,6 +303,52 @@ def test_failure_found_before_a_signal_is_saved_while_it_shrinks(fuzz_process):
     assert not cases.replay_case(case, slow_failing, "cpu", properties=FAULT_PROPERTIES).passed
     correct = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metadata)
     assert cases.replay_case(case, correct, "cpu", properties=FAULT_PROPERTIES).passed
+    assert_all_ended(family)
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM-group", "SIGKILL-parent"])
+def test_serving_loop_failure_found_before_a_stop_is_saved_while_it_shrinks(
+    fuzz_process, tmp_path, stop
+):
+    """The serving loop's target answers wrong after 2 s, so shrinking takes
+    minutes: its first failing example (steps and blob) is saved before
+    shrinking starts and kept when SIGTERM to the run's process group, 0.3 s
+    after the first wrong answer, cuts the shrinking short (exit 1), or when
+    the parent is killed outright. (Before, the round reported nothing until
+    it had shrunk: exit 143, failures 0, no case.)"""
+    marker = tmp_path / "first-wrong-answer"
+    run = fuzz_process("--minutes", "5", "--workers", "1", "--only", "serving_loop",
+                       "--stateful", "--machine", MACHINE_SPEC, "--example-timeout", "120",
+                       target="fault_targets:slow_when_wrong",
+                       env={FIRST_WRONG_MARKER_ENV: str(marker)})
+    family = run.running_workers(1)
+    wait_until(marker.exists, 120, f"the target's first wrong answer; stderr:\n{run.errors()}")
+    family |= descendants(run.pid)
+    if stop == "SIGTERM-group":
+        time.sleep(0.3)
+        os.killpg(run.pid, signal.SIGTERM)
+        assert run.wait(60) == 1, run.errors()
+        report = run.report()
+        assert report["status"] == "interrupted" and report["totals"]["failures"] == 1, report
+        [entry] = report["cases"]
+        assert entry["kind"] == "serving_loop" and entry["shrunk"] is False, entry
+        assert "shrinking was cut short" in entry["note"]
+        [saved] = run.cases_dir.glob("*.json")
+        assert entry["path"] == str(saved)
+    else:
+        [saved] = wait_until(lambda: list(run.cases_dir.glob("*.json")), 60,
+                             f"the first failing example saved; stderr:\n{run.errors()}")
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(20)
+        assert list(run.cases_dir.glob("*.json")) == [saved]
+    case = cases.load_case(saved)
+    assert case.kind == "serving_loop" and case.reproduce_blob, case
+    assert "state.step(position=" in case.steps, case.steps
+    still = cases.replay_case(case, lens_mutant, "cpu", machine_factory=standin_machine)
+    assert not still.passed and "decode_lens differs" in still.report, still.report
+    correct = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metadata)
+    fixed = cases.replay_case(case, correct, "cpu", machine_factory=standin_machine)
+    assert fixed.passed, fixed.report
     assert_all_ended(family)
 
 

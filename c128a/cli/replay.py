@@ -2,19 +2,31 @@
 
 Exit status: 0 when every case passes now, 1 when one still fails (a
 contract violation, a crash or a hang), 2 when a file is malformed or a case
-cannot be replayed here. Every file runs, whatever the ones before it did.
+cannot be replayed here, 130/143 after SIGINT/SIGTERM. Every file runs,
+whatever the ones before it did.
 Crash and hang cases run in a child process with a time limit, so that a
-target that crashes or hangs again cannot take the replay down with it.
+target that crashes or hangs again cannot take the replay down with it; so
+does every case when the command line holds more than one, so that a
+failure case whose target now crashes the process ends only itself. A
+child runs in a session of its own: it is killed with its process group
+(the target's own processes too), and a SIGINT or SIGTERM to the replay is
+passed on to that group and waited for. Its time limit counts from when it
+starts the case, not from its start-up (torch's import: seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import select
 import signal
 import site
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError
@@ -38,6 +50,16 @@ ISOLATED_KINDS = ("crash", "hang")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The folder holding the c128a package this process runs."""
 DEFAULT_TIMEOUT_S = 300.0
+STARTUP_LIMIT_S = 600.0
+"""How long a replay's child may take to start its case (the interpreter,
+torch, the target's import) before it is killed: ``--timeout`` counts from
+the case's start, so that a slow start-up never reads as a hang."""
+STARTED = b"started\n"
+"""What a replay's child writes to ``--started-fd`` as it starts the case."""
+STOP_GRACE_S = 5.0
+"""After a SIGINT or SIGTERM passed on to a child's process group: how long
+it may take to end before the group is killed."""
+POLL_S = 0.1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +70,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--machine", metavar="MODULE:ATTR", default=DEFAULT_MACHINE,
                         help=f"serving-loop machine factory (default {DEFAULT_MACHINE})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help="seconds a crash or hang case may run in its child process "
-                        f"(default {DEFAULT_TIMEOUT_S:g})")
+                        help="seconds a crash or hang case may run in its child process, "
+                        "counted from when the child starts the case (its start-up may take "
+                        f"up to {STARTUP_LIMIT_S:g} s more; default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    # A replay's child: where to say it starts the case (the parent's clock starts then).
+    parser.add_argument("--started-fd", type=int, default=None, help=argparse.SUPPRESS)
     parser.epilog = (
         "Without --target (or $C128A_TARGET) each case runs against the target it names, "
         "if that is a built-in target or a c128a module: any other module the case names "
@@ -79,15 +104,97 @@ def target_spec(case: Case, option: str | None) -> tuple[str, str]:
     )
 
 
+class ReplayInterrupted(BaseException):
+    """SIGINT or SIGTERM to the replay: no further file runs. A BaseException,
+    so that no replay mistakes it for the failure it replays."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class ChildSignals:
+    """SIGINT and SIGTERM while the replay runs: passed on to the process
+    group of the child running a case, which the replay then waits for; with
+    no child running, the replay stops at once."""
+
+    def __init__(self):
+        self.group: int | None = None  # the running child's process group
+        self.starting = False  # a child is being started: its group is not known yet
+        self.received: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> "ChildSignals":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signum: signal.signal(signum, self.handle)
+                             for signum in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def handle(self, signum: int, frame=None) -> None:
+        first = self.received is None
+        if first:
+            self.received = signum
+        if self.group is not None:
+            _signal_group(self.group, signum if first else signal.SIGKILL)
+        elif not self.starting:
+            raise ReplayInterrupted(signum)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):  # the group has ended
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout={args.timeout} must be > 0")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise UsageError(
+            f"--timeout={args.timeout} must be a finite number of seconds > 0 (how long a crash "
+            f"or hang case may run once its child process has started it); give e.g. "
+            f"--timeout {DEFAULT_TIMEOUT_S:g}, the default"
+        )
+    if args.in_process:
+        return replay_files(args)
+    # Ctrl-C reaches this process only (a child runs in a session of its own).
+    with ChildSignals() as signals:
+        args.signals = signals
+        try:
+            return replay_files(args)
+        except ReplayInterrupted as stop:
+            name = signal.Signals(stop.signum).name
+            print(f"c128a replay: interrupted by {name}; no further file runs", file=sys.stderr)
+            return 128 + stop.signum
+
+
+def replay_files(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     properties = import_mapping(args.properties, "--properties", DEFAULT_PROPERTIES)
+    if args.in_process:
+        # A replay's child: SIGINT passed on by the parent ends it quietly.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # With more than one case, each runs in a child process: a target that
+    # crashes the process (a segfault, an abort) on one case must not end
+    # the replay before the others run. A single case runs here: nothing
+    # after it can be lost, and a child's start-up (torch's import,
+    # seconds) would about double its time.
+    args.isolate_every_case = not args.in_process and sum(map(_loads, args.files)) > 1
     verdicts = [replay_file(file, args, device, properties) for file in args.files]
     if EXIT_FAILED in verdicts:
         return EXIT_FAILED
     return EXIT_USAGE if EXIT_USAGE in verdicts else EXIT_OK
+
+
+def _loads(file: str) -> bool:
+    try:
+        load_case(file)
+    except CaseError:
+        return False
+    return True
 
 
 def replay_file(file: str, args: argparse.Namespace, device: str, properties) -> int:
@@ -102,8 +209,10 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     except (CaseError, UsageError) as exc:
         print(f"error: {file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if case.kind in ISOLATED_KINDS and not args.in_process:
-        return replay_in_child(file, case, args, device, spec)
+    if not args.in_process and (case.kind in ISOLATED_KINDS
+                                or getattr(args, "isolate_every_case", False)):
+        timeout = args.timeout if case.kind in ISOLATED_KINDS else None
+        return replay_in_child(file, case, args, device, spec, timeout)
     if override:
         variant_origin = override_origin
     else:
@@ -121,6 +230,8 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         machine = (
             import_object(args.machine, "--machine") if case.property == SERVING_LOOP else None
         )
+        if args.started_fd is not None:
+            os.write(args.started_fd, STARTED)
         outcome = replay_case(case, target, device, properties=properties,
                               machine_factory=machine, padding_rows=override)
     except (CaseError, UsageError) as exc:
@@ -134,40 +245,142 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     return EXIT_FAILED if outcome.verdict == FAILS else EXIT_USAGE
 
 
-def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str):
-    """A crash or hang case in its own process, under ``--timeout``: a crash
-    or a timeout there means the target still fails; this process goes on."""
+def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str,
+                    timeout: float | None) -> int:
+    """A case in its own process, under ``timeout`` (None: none) from when the
+    child starts the case: a crash or a timeout there means the target still
+    fails; this process goes on."""
     # -P: the current folder stays off the child's sys.path, so a rich.py (or
     # any module the child imports) lying there is never run.
     command = [sys.executable, "-P", "-m", "c128a.cli", "replay", file, "--in-process",
                "--device", device, "--target", spec, "--properties", args.properties,
                "--machine", args.machine,
                *(["--padding-rows", args.padding_rows] if args.padding_rows else [])]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        child = subprocess.run(command, timeout=args.timeout, stdout=_child_stream(sys.stdout),
-                               stderr=_child_stream(sys.stderr), env=_child_environment())
-    except subprocess.TimeoutExpired as exc:
-        _relay(exc.stdout, sys.stdout)
-        _relay(exc.stderr, sys.stderr)
+    ended = run_child(command, timeout, getattr(args, "signals", None))
+    if ended.interrupted is not None:
+        raise ReplayInterrupted(ended.interrupted)
+    if ended.killed_for == "case":
         print(f"case:     {file}\nresult:   STILL HANGS: the {case.kind} case ran past "
-              f"--timeout={args.timeout:g} s in its child process, which was killed\n")
+              f"--timeout={args.timeout:g} s in its child process, which was killed with its "
+              "process group\n")
         return EXIT_FAILED
-    _relay(child.stdout, sys.stdout)
-    _relay(child.stderr, sys.stderr)
-    if child.returncode < 0:
+    if ended.killed_for == "start-up":
+        print(f"case:     {file}\nresult:   CANNOT REPLAY here: its child process did not "
+              f"start the case within {STARTUP_LIMIT_S:g} s (the interpreter, the imports, the "
+              "target's load) and was killed with its process group\n")
+        return EXIT_USAGE
+    if ended.returncode < 0:
         try:
-            name = signal.Signals(-child.returncode).name
+            name = signal.Signals(-ended.returncode).name
         except ValueError:  # a signal without a name (SIGRTMIN + n)
-            name = f"signal {-child.returncode}"
+            name = f"signal {-ended.returncode}"
         print(f"case:     {file}\nresult:   STILL CRASHES: its child process died of {name}\n")
         return EXIT_FAILED
-    if child.returncode not in (EXIT_OK, EXIT_FAILED, EXIT_USAGE):
+    if ended.returncode not in (EXIT_OK, EXIT_FAILED, EXIT_USAGE):
         print(f"case:     {file}\nresult:   STILL CRASHES: its child process exited "
-              f"{child.returncode}\n")
+              f"{ended.returncode}\n")
         return EXIT_FAILED
-    return child.returncode
+    return ended.returncode
+
+
+@dataclass
+class ChildEnd:
+    returncode: int
+    killed_for: str | None = None  # "case": past the timeout; "start-up": past STARTUP_LIMIT_S
+    interrupted: int | None = None  # the signal passed on to the child's group
+
+
+def run_child(command: list[str], timeout: float | None,
+              signals: ChildSignals | None = None) -> ChildEnd:
+    """Run a replay's child in a session of its own and wait for it: its
+    ``timeout`` counts from when it writes :data:`STARTED` to the pipe named
+    by ``--started-fd``, its start-up may take :data:`STARTUP_LIMIT_S`. Past
+    either, or ``STOP_GRACE_S`` after a signal passed on to it, its whole
+    process group is killed, and so is whatever of the group outlives it:
+    nothing of a replay's child survives the replay."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    started_read, started_write = os.pipe()
+    if signals is not None:
+        signals.starting = True  # a signal now is passed on once the child runs
+    try:
+        child = subprocess.Popen(
+            [*command, "--started-fd", str(started_write)], pass_fds=(started_write,),
+            stdout=_child_stream(sys.stdout), stderr=_child_stream(sys.stderr),
+            env=_child_environment(), start_new_session=True,
+        )
+    except BaseException:
+        os.close(started_read)
+        if signals is not None:
+            signals.starting = False
+        raise
+    finally:
+        os.close(started_write)
+    if signals is not None:
+        signals.group, signals.starting = child.pid, False
+        if signals.received is not None:
+            _signal_group(child.pid, signals.received)
+    relays = [_Relay(pipe, handle) for pipe, handle in ((child.stdout, sys.stdout),
+                                                        (child.stderr, sys.stderr)) if pipe]
+    ended = ChildEnd(returncode=0)
+    try:
+        startup_deadline = time.monotonic() + STARTUP_LIMIT_S
+        started_at: float | None = None
+        stop_deadline: float | None = None
+        while child.poll() is None:
+            now = time.monotonic()
+            if signals is not None and signals.received is not None:
+                stop_deadline = stop_deadline or now + STOP_GRACE_S
+                if now > stop_deadline:
+                    _signal_group(child.pid, signal.SIGKILL)
+            if started_at is None:
+                readable, _, _ = select.select([started_read], [], [], POLL_S)
+                if readable:
+                    os.read(started_read, len(STARTED))  # the mark, or the end of the pipe
+                    started_at = time.monotonic()
+                elif now > startup_deadline and ended.killed_for is None:
+                    ended.killed_for = "start-up"
+                    _signal_group(child.pid, signal.SIGKILL)
+            elif timeout is not None and now - started_at > timeout and not ended.killed_for:
+                ended.killed_for = "case"
+                _signal_group(child.pid, signal.SIGKILL)
+            else:
+                try:
+                    child.wait(POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
+    finally:
+        _signal_group(child.pid, signal.SIGKILL)  # the target's own processes, if any are left
+        child.wait()
+        if signals is not None:
+            signals.group = None
+        os.close(started_read)
+        for relay in relays:
+            relay.finish()
+    ended.returncode = child.returncode
+    if signals is not None:
+        ended.interrupted = signals.received
+    return ended
+
+
+class _Relay:
+    """A child's output read from its pipe as it comes (so that it never
+    blocks on a full pipe), written to ``handle`` once the child ends."""
+
+    def __init__(self, pipe, handle):
+        self.pipe, self.handle, self.chunks = pipe, handle, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for chunk in iter(lambda: self.pipe.read1(1 << 16), b""):
+            self.chunks.append(chunk)
+
+    def finish(self) -> None:
+        # A process that left the child's group (its own session) may hold
+        # the pipe open: what came so far is relayed, the rest is not waited for.
+        self.thread.join(STOP_GRACE_S)
+        _relay(b"".join(self.chunks), self.handle)
 
 
 def _child_environment() -> dict[str, str]:

@@ -300,7 +300,8 @@ class Supervisor:
                 self.stats[index].failures -= 1
             return
         self.seen_failures.add(key)
-        if first is None:  # no early report (a machine round, or a draw that failed)
+        if first is None:  # no early report (a draw that failed, or a first failing
+            # example that was not a contract violation)
             self.stats[index].failures += 1
             self.record_case(case, shrunk=True)
             return

@@ -177,11 +177,14 @@ class FailureBlob:
     shrinking starts; and coverage, which observing would otherwise trace
     line by line, stays off (the switch Hypothesis exposes for that)."""
 
-    def __init__(self):
+    def __init__(self, on_first_failure=None):
         self.blob: str | None = None
         self.failed = False  # an example of the round failed (shrinking runs)
         self.on = False
         self._coverage = observability.OBSERVABILITY_COLLECT_COVERAGE
+        # Called with the first failing example's blob and representation
+        # (a state machine's steps), before shrinking starts.
+        self.on_first_failure = on_first_failure
 
     def start(self) -> None:
         if not self.on:
@@ -198,12 +201,15 @@ class FailureBlob:
     def _observe(self, observation) -> None:
         if getattr(observation, "type", None) != "test_case" or observation.status != "failed":
             return
+        first = not self.failed
         self.failed = True
         decorator = observation.metadata.reproduction_decorator
         if decorator:
             # "@reproduce_failure('6.170.17', b'AX...')": the call's two literal arguments.
             call = ast.parse(decorator.lstrip("@"), mode="eval").body
             self.blob = ast.literal_eval(call.args[1]).decode()
+        if first and self.on_first_failure is not None:
+            self.on_first_failure(self.blob, observation.representation)
 
 
 class Progress:
@@ -449,14 +455,45 @@ class Worker:
         finally:
             blob.stop()
 
+    def machine_case(self, exc: BaseException, seed: int, examples: int, blob: str | None,
+                     steps: str) -> Case:
+        return new_case(
+            property=SERVING_LOOP,
+            target=self.target.spec,
+            kind=SERVING_LOOP,
+            failure=failure_text(exc),
+            device=self.device_name,
+            seed=seed,
+            reproduce_blob=blob,
+            steps=steps,
+            round_examples=examples,
+            profile=self.config.profile,
+            padding_rows=self.target.padding_rows,
+        )
+
     def machine_round(self, seed: int, examples: int) -> None:
         machine = self.machine
         worker = self
-        blob = FailureBlob()
+        raised: list[BaseException] = []  # what the example that just ended raised
+
+        def report_first_failure(first_blob: str | None, steps: str) -> None:
+            # Sent before shrinking starts, as a property round's first
+            # failure is: a stop, a crash or a kill during shrinking (a slow
+            # target's can take minutes) cannot lose it. Its steps are the
+            # ones Hypothesis recorded for the example, enough with its blob
+            # to replay it.
+            exc = raised[0] if raised else None
+            if exc is None or not is_kill(exc) or is_cuda_fault(exc):
+                return  # a fault of the suite, or a CUDA fault: the round's end reports it
+            worker.send("found", worker.machine_case(exc, seed, examples, first_blob,
+                                                     steps).to_json())
+
+        blob = FailureBlob(on_first_failure=report_first_failure)
 
         def start_example(machine_self):
             if worker.stopping() and not blob.failed:  # a failure found shrinks to its end
                 raise StopRequested
+            raised.clear()
             worker.write_inflight(SERVING_LOOP, seed, examples=examples)
             worker.progress.count(SERVING_LOOP)
             # The example's window: from here (the engine set up on the first
@@ -465,11 +502,17 @@ class Worker:
                 worker.timer.begin(drawn_seconds())
             try:
                 machine.__init__(machine_self)
-            except BaseException:
+            except BaseException as exc:
+                raised.append(exc)
                 worker.timer.cancel()
                 raise
 
         def end_example(machine_self):
+            # Hypothesis tears the machine down in a ``finally``: what the
+            # example raised, if anything, is the exception being handled.
+            failed = sys.exc_info()[1]
+            if isinstance(failed, Exception):
+                raised[:] = [failed]
             try:
                 machine.teardown(machine_self)
             finally:
@@ -495,19 +538,8 @@ class Worker:
                 self.send("error", f"{SERVING_LOOP}: the suite itself failed: {failure_text(exc)}")
                 return
             notes = [n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n]
-            self.send("failure", new_case(
-                property=SERVING_LOOP,
-                target=self.target.spec,
-                kind=SERVING_LOOP,
-                failure=failure_text(exc),
-                device=self.device_name,
-                seed=seed,
-                reproduce_blob=blob.blob,
-                steps="\n".join(notes),
-                round_examples=examples,
-                profile=self.config.profile,
-                padding_rows=self.target.padding_rows,
-            ).to_json())
+            self.send("failure", self.machine_case(exc, seed, examples, blob.blob,
+                                                   "\n".join(notes)).to_json())
         finally:
             self.timer.cancel()  # an example cut short without its teardown
             blob.stop()

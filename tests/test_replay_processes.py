@@ -1,0 +1,246 @@
+"""``c128a replay`` under real processes and signals: what its child
+processes leave behind, when its clock starts, and what a crash of one case
+does to the others.
+
+Each replay here is a real ``c128a replay`` process (in its own session, so
+a signal to it reaches nobody else) with its real child; the stand-in
+targets are written to a temporary folder put on ``PYTHONPATH``. Processes
+are followed through ``/proc`` (Linux).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from c128a import cli
+from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from c128a.runners import cases
+from test_cases import THRESHOLD, make_case
+from test_fuzz_faults import alive, ps, wait_until
+
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(),
+                       reason="follows processes through /proc (Linux)"),
+    pytest.mark.slow,  # each starts real replay processes, which import torch
+]
+
+PACKAGE_ROOT = Path(cases.__file__).resolve().parents[2]
+STANDIN_MODULE = "standin_replay_processes_c128a_test"
+PIDS_ENV = "C128A_TEST_REPLAY_PIDS"
+SLOW_START_ENV = "C128A_TEST_SLOW_CHILD_START"
+SLOW_START_S = 8.0
+STANDIN_SOURCE = f'''
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+from c128a.contract import oracle
+
+if "--in-process" in sys.argv and os.environ.get("{SLOW_START_ENV}"):
+    # The start-up a replay's child pays (torch, compiles) made long and
+    # sure; only in the child, so that the test's own process does not wait.
+    time.sleep({SLOW_START_S})
+
+
+def _on_trigger(action):
+    def build_c128a_topk_metadata(*args):
+        if int(args[0][0]) == {THRESHOLD}:
+            action()
+        return oracle.build_c128a_topk_metadata(*args)
+
+    return SimpleNamespace(build_c128a_topk_metadata=build_c128a_topk_metadata)
+
+
+GRANDCHILD = """
+import os, signal, sys, time
+# SIGINT ends it by the signal, quietly (no KeyboardInterrupt traceback);
+# only once that is set are the pids written, whole.
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+pids, child = sys.argv[1:]
+with open(pids + ".part", "w") as out:
+    out.write(f"{{child}} {{os.getpid()}}")
+os.replace(pids + ".part", pids)
+time.sleep(600)
+"""
+
+
+def _hang_with_a_grandchild():
+    pids = os.environ["{PIDS_ENV}"]
+    subprocess.Popen([sys.executable, "-c", GRANDCHILD, pids, str(os.getpid())])
+    while not os.path.exists(pids):  # the grandchild runs: now hang
+        time.sleep(0.05)
+    time.sleep(10**6)
+
+
+hangs_with_a_grandchild = _on_trigger(_hang_with_a_grandchild)
+aborts = _on_trigger(os.abort)
+correct = _on_trigger(lambda: None)
+'''
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch) -> Path:
+    """The stand-in targets importable here and in a replay's processes."""
+    folder = tmp_path / "standin"
+    folder.mkdir()
+    (folder / f"{STANDIN_MODULE}.py").write_text(STANDIN_SOURCE)
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+@pytest.fixture
+def replay_pids(tmp_path):
+    """The file the hanging target writes its pid and its grandchild's to;
+    whatever of them is still running at the end is killed, by pid."""
+    path = tmp_path / "pids"
+    yield path
+    if path.exists():
+        for pid in map(int, path.read_text().split()):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def hang_case(tmp_path: Path) -> Path:
+    path, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference", kind="hang"), tmp_path / "hang"
+    )
+    return path
+
+
+def good_file(tmp_path: Path) -> Path:
+    """A matches_oracle case that passes on a correct target (not at the trigger)."""
+    path, _ = cases.write_case(
+        make_case(5, property="matches_oracle", target="reference"), tmp_path / "good"
+    )
+    return path
+
+
+def start_replay(tmp_path: Path, standin: Path, *args, env: dict | None = None):
+    """``c128a replay ARGS`` as a process in its own session; its output in files."""
+    python_path = os.pathsep.join(
+        filter(None, [str(standin), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
+    )
+    environment = {**os.environ, "PYTHONPATH": python_path, "TRITON_INTERPRET": "1",
+                   **(env or {})}
+    stdout = open(tmp_path / "stdout.txt", "w+")
+    stderr = open(tmp_path / "stderr.txt", "w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "c128a.cli", "replay", *map(str, args), "--device", "cpu"],
+        env=environment, stdout=stdout, stderr=stderr, start_new_session=True,
+    )
+    process.output = lambda: ((tmp_path / "stdout.txt").read_text(),
+                              (tmp_path / "stderr.txt").read_text())
+    return process
+
+
+def ended_within(process, timeout: float) -> int:
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise AssertionError(f"c128a replay did not end within {timeout:g} s: "
+                             f"{process.output()}") from None
+
+
+def running_pids(path: Path) -> list[int]:
+    return [int(pid) for pid in path.read_text().split()]
+
+
+# ---------------------------------------------------------------- what a replay leaves behind
+
+
+def test_a_hang_replay_killed_at_its_timeout_leaves_no_process(tmp_path, standin, replay_pids):
+    """The target hangs after starting a process of its own: at --timeout
+    the child is killed with its process group, the grandchild too (before,
+    the grandchild outlived the replay)."""
+    replay = start_replay(tmp_path, standin, hang_case(tmp_path), "--target",
+                          f"{STANDIN_MODULE}:hangs_with_a_grandchild", "--timeout", "10",
+                          env={PIDS_ENV: str(replay_pids)})
+    assert ended_within(replay, 120) == EXIT_FAILED, replay.output()
+    out, err = replay.output()
+    assert "STILL HANGS: the hang case ran past --timeout=10 s" in out, (out, err)
+    pids = running_pids(replay_pids)
+    wait_until(lambda: not any(alive(pid) for pid in pids), 10,
+               f"the replay's child and the target's process still running:\n{ps(pids)}")
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_replay_ends_its_child_and_the_targets_process(
+    tmp_path, standin, replay_pids, signum, status
+):
+    """SIGTERM or SIGINT to ``c128a replay`` while a hang case runs: passed
+    on to the child's process group and waited for; the replay exits
+    128 + signal and nothing of its child runs on (before, the parent died
+    alone and its child ran on, seen 32 minutes later)."""
+    replay = start_replay(tmp_path, standin, hang_case(tmp_path), good_file(tmp_path),
+                          "--target", f"{STANDIN_MODULE}:hangs_with_a_grandchild",
+                          env={PIDS_ENV: str(replay_pids)})
+    wait_until(lambda: replay_pids.exists() and replay_pids.read_text(), 120,
+               f"the hang case running in the replay's child: {replay.output()}")
+    pids = running_pids(replay_pids)
+    os.kill(replay.pid, signum)
+    assert ended_within(replay, 30) == status, replay.output()
+    out, err = replay.output()
+    assert f"interrupted by {signal.Signals(signum).name}" in err, (out, err)
+    assert "PASSES now" not in out  # no file runs after the signal
+    assert "Traceback" not in err
+    wait_until(lambda: not any(alive(pid) for pid in pids), 10,
+               f"the replay's child and the target's process still running:\n{ps(pids)}")
+
+
+# ---------------------------------------------------------------- --timeout
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
+def test_replay_timeout_must_be_finite_and_positive(tmp_path, capsys, value):
+    """A usage error (exit 2) naming the option, the value and the rule
+    (before, inf was taken: a hang case would never be killed)."""
+    status = cli.main(["replay", str(hang_case(tmp_path)), "--device", "cpu",
+                       "--timeout", value])
+    assert status == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--timeout={float(value)} must be a finite number of seconds > 0" in err, err
+
+
+def test_replay_timeout_counts_from_the_start_of_the_case(tmp_path, standin):
+    """A hang case on a correct target whose child takes 8 s to start
+    passes under --timeout 4: the clock starts when the child starts the
+    case (before, start-up counted: PASSES never showed, STILL HANGS did)."""
+    replay = start_replay(tmp_path, standin, hang_case(tmp_path), "--target",
+                          f"{STANDIN_MODULE}:correct", "--timeout", "4",
+                          env={SLOW_START_ENV: "1"})
+    assert ended_within(replay, 180) == EXIT_OK, replay.output()
+    out, err = replay.output()
+    assert "result:   PASSES now" in out and "STILL HANGS" not in out, (out, err)
+
+
+# ---------------------------------------------------------------- a crash of a failure case
+
+
+def test_a_failure_case_that_now_crashes_is_reported_and_the_next_file_runs(tmp_path, standin):
+    """A failure case whose target now aborts the process: with more than
+    one case, each runs in a child, so that one is reported as crashing
+    (exit 1) and the file after it still runs (before, the whole replay
+    died of SIGABRT and the next file never ran)."""
+    failure, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference"), tmp_path / "failure"
+    )
+    good = good_file(tmp_path)
+    replay = start_replay(tmp_path, standin, failure, good,
+                          "--target", f"{STANDIN_MODULE}:aborts")
+    assert ended_within(replay, 180) == EXIT_FAILED, replay.output()
+    out, err = replay.output()
+    crashed = f"case:     {failure}\nresult:   STILL CRASHES: its child process died of SIGABRT"
+    assert crashed in out, (out, err)
+    after = out.split("STILL CRASHES")[1]
+    assert f"case:     {good}" in after and "result:   PASSES now" in after, (out, err)
