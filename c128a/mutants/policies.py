@@ -99,9 +99,15 @@ policy_mutant(
 
 
 def _width_assumes_ratio_128(max_seq_len, compress_ratio, capacity, *, batch_invariant=None):
-    # The engine's R where the argument should be: right only at R = 128.
-    return policy.active_topk_width(max_seq_len, COMPRESS_RATIO, capacity,
-                                    batch_invariant=batch_invariant)
+    # The argument checks, the capture edge's refusal and batch-invariant
+    # mode as the contract's policy has them; else the engine's R where the
+    # argument should be.
+    width = policy.active_topk_width(max_seq_len, compress_ratio, capacity,
+                                     batch_invariant=batch_invariant)
+    if batch_invariant or (batch_invariant is None and policy.batch_invariant_from_env()):
+        return width
+    needed = max(max_seq_len // COMPRESS_RATIO, 1)
+    return min(max(policy.next_power_of_2(needed), WIDTH_ALIGNMENT), capacity)
 
 
 def _capacity_rounds_down(max_model_len, compress_ratio=COMPRESS_RATIO):
@@ -112,8 +118,8 @@ def _capacity_rounds_down(max_model_len, compress_ratio=COMPRESS_RATIO):
 
 policy_mutant(
     "width_assumes_ratio_128",
-    "W computed from max_seq_len // 128 whatever the compress ratio it is given: right "
-    "at the engine's R = 128 only",
+    "W computed from max_seq_len // 128 whatever the compress ratio it is given (and "
+    "capped at C): right at the engine's R = 128 only",
     "R and B hard-coded",
     ("width_policy",),
     active_topk_width=_width_assumes_ratio_128,
