@@ -356,6 +356,8 @@ def _must_not_run(config, console=None):
          "--example-timeout=1e+308 must be a finite number > 0 and <= 86400 (a day)"),
         ("--workers", "10000", "--workers=10000 must be >= 1 and <= "),
         ("--workers", "0", "--workers=0 must be >= 1 and <= "),
+        # Steps the case format refuses were drawn, and their cases saved without inputs.
+        ("--max-tokens", "100000", "--max-tokens=100000 must be <= 65528: a saved case holds"),
     ],
 )
 def test_an_option_out_of_its_range_is_a_usage_error_before_the_run(

@@ -15,7 +15,9 @@ from typing import Any
 
 from ...checks.profiles import PROFILES
 from ...contract import PaddingRows
+from ...contract import MAX_QUERY_TOKENS_PER_DECODE
 from ...failures import CaseError, GpuPinningError, UsageError
+from ...step import MAX_BUFFER_ROWS
 from ...step.schema import read_value, type_hints
 from ...targets import import_object
 from ..cases import (
@@ -33,6 +35,8 @@ CONFIG_TABLE = "fuzz"
 MAX_MINUTES = 7 * 24 * 60  # a week: longer is better run as several runs, each with its report
 MAX_EXAMPLE_TIMEOUT_S = 24 * 60 * 60  # a day: past that a stopped run would wait for it
 WORKERS_PER_CORE = 4  # more only contend for the cores (the default is about one a core)
+MAX_STEP_TOKENS = MAX_BUFFER_ROWS - MAX_QUERY_TOKENS_PER_DECODE
+"""The largest --max-tokens: the strategies' own bound (c128a.strategies.batches)."""
 MAX_WORKERS = 256  # however many cores: the parent holds pipes to every worker and polls them
 
 
@@ -196,6 +200,13 @@ def resolve(
         value = getattr(options, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')}={value} must be >= 1")
+    if options.max_tokens is not None and options.max_tokens > MAX_STEP_TOKENS:
+        # Whatever the strategies draw, a case must hold it.
+        raise UsageError(
+            f"--max-tokens={options.max_tokens} must be <= {MAX_STEP_TOKENS}: a saved case "
+            f"holds steps of up to {MAX_BUFFER_ROWS} buffer rows (the tokens and up to "
+            f"{MAX_QUERY_TOKENS_PER_DECODE} padding tokens)"
+        )
     properties = options.properties or DEFAULT_PROPERTIES
     known = import_object(properties, "--properties")
     if not isinstance(known, dict):
