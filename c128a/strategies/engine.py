@@ -60,6 +60,7 @@ from ..step import (
     page_modulus,
 )
 from .budget import ENGINE_TOKENS, MAX_REQUESTS, SizeBudget
+from .reach import floors_wrong, is_power_of_two
 from .layout import (
     INDEX_BYTES,
     LAYOUT_BYTES,
@@ -112,24 +113,13 @@ MAX_RATIO = 1 << 16
 """The largest compress ratio drawn (a Batch field's bound)."""
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
-def reciprocal_floors_wrong(divisor: int, multiple: int = 1) -> bool:
-    """Whether ``multiple * divisor`` divided by ``divisor`` through float32
-    (the value times the float32 reciprocal, truncated) gives less than
-    ``multiple``: the division a kernel may take instead of an integer one."""
-    value = np.float32(multiple * divisor)
-    return int(value * (np.float32(1.0) / np.float32(divisor))) < multiple
-
-
 def _inexact_from(value: int, high: int) -> int:
-    """The first divisor >= ``value`` (wrapping below ``high``) whose float32
-    reciprocal floors ``divisor / divisor`` to 0; ``value`` when none is
-    found nearby (about one divisor in seven that are not powers of two is)."""
+    """The first divisor in [``value``, ``high``] whose float32 reciprocal
+    floors ``divisor / divisor`` to 0 (about one in seven divisors that are
+    not powers of two does, from 41 on); ``value`` when none is found in the
+    next 512."""
     for candidate in range(value, min(value + 512, high + 1)):
-        if not _is_power_of_two(candidate) and reciprocal_floors_wrong(candidate):
+        if floors_wrong(np.array([candidate]), candidate):
             return candidate
     return value
 
@@ -149,7 +139,7 @@ def _ratio(kind: int, value: int) -> int:
     if kind == 3:
         return 1 << (8 + value % 9)
     ratio = 3 + (value >> 2) % (MAX_RATIO - 3)
-    ratio += _is_power_of_two(ratio)
+    ratio += is_power_of_two(ratio)
     return _inexact_from(ratio, MAX_RATIO) if value % 4 else ratio
 
 
@@ -170,7 +160,7 @@ def _block_size(kind: int, value: int, capacity: int) -> int:
         return WIDTH_ALIGNMENT + 1 + value % (top - WIDTH_ALIGNMENT)
     if value % 4 == 0:
         size = 3 + (value >> 2) % 124
-        return size + _is_power_of_two(size)
+        return size + is_power_of_two(size)
     # From 41, the first B whose float32 reciprocal floors a page wrong.
     return _inexact_from(41 + (value >> 2) % 80, WIDTH_ALIGNMENT - 1)
 
@@ -204,7 +194,7 @@ class _Scale:
 
 
 def _scale(shape: Fields, budget: SizeBudget | None, small: _Scale) -> _Scale:
-    """The step's scale from :data:`SCALE_BYTES` of ``shape``: ``small`` (the
+    """The step's scale from the next 3 bytes of ``shape``: ``small`` (the
     property's own size; zeros give it) or, one step in
     ``budget.engine_one_in``, an engine-scale step of a token count drawn
     log-uniformly in one of :data:`ENGINE_SCALES`, up to 512 requests, its

@@ -164,7 +164,7 @@ def _block_table(batch: Batch) -> str | None:
     return "slice of a wider table" if wider else "dense"
 
 
-def _power_of_two(value: int) -> bool:
+def is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
@@ -174,7 +174,7 @@ def _block_size(batch: Batch) -> str:
         return str(b)
     if b > 128:
         return "above 128"
-    return "power of two 4-128" if _power_of_two(b) else "not a power of two"
+    return "power of two 4-128" if is_power_of_two(b) else "not a power of two"
 
 
 def _ratio(batch: Batch) -> str:
@@ -183,7 +183,7 @@ def _ratio(batch: Batch) -> str:
         return "128"
     if r == 1:
         return "1"
-    if not _power_of_two(r):
+    if not is_power_of_two(r):
         return "not a power of two"
     return "power of two 2-64" if r < 128 else "power of two above 128"
 
@@ -192,7 +192,7 @@ def floors_wrong(values: np.ndarray, divisor: int) -> bool:
     """Whether any of ``values`` divided by ``divisor`` through a float32
     reciprocal (value times 1/divisor, truncated) differs from the integer
     quotient: the shortcut a kernel takes for an integer division."""
-    if _power_of_two(divisor) or not len(values):
+    if is_power_of_two(divisor) or not len(values):
         return False
     reciprocal = np.float32(1.0) / np.float32(divisor)
     quotient = (values.astype(np.float32) * reciprocal).astype(np.int64)
@@ -237,7 +237,7 @@ def _capacity(batch: Batch) -> str:
     c = batch.capacity
     if c == WIDTH_ALIGNMENT:
         return "128"
-    return "a power of two above 128" if _power_of_two(c) else "not a power of two"
+    return "a power of two above 128" if is_power_of_two(c) else "not a power of two"
 
 
 def _model_length(batch: Batch) -> str:
