@@ -13,6 +13,16 @@ from .registry import builder_mutant
 TILE = 128
 
 
+def _slot_ids(args: BuildArgs, pages: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Each decode row's slot ids at the page columns ``pages`` (clamped into
+    the table) plus ``offsets``: block_table[r, page] * B + offset, int32."""
+    d = args.num_decode_tokens
+    rows = args.token_to_req_indices[:d].to(torch.int64)
+    table = args.block_table.index_select(0, rows).to(torch.int64)
+    pages = pages.clamp(max=args.block_table.shape[1] - 1)
+    return (table.gather(1, pages.expand(d, -1)) * args.block_size + offsets).to(torch.int32)
+
+
 def _float32_quotient(values: torch.Tensor, divisor: int) -> torch.Tensor:
     """values // divisor through a float32 reciprocal, truncated: a kernel's
     shortcut for an integer division, exact for a power of two."""
@@ -43,16 +53,12 @@ def _build_ratio_through_float_reciprocal(args: BuildArgs) -> Views:
 def _build_block_through_float_reciprocal(args: BuildArgs) -> Views:
     validated(args)
     decode, lens, prefill = rows_of(args)
-    d, width = args.num_decode_tokens, args.max_compressed_tokens
-    if d and args.block_table.shape[1]:
-        columns = torch.arange(width, device=decode.device, dtype=torch.int64)
-        pages = _float32_quotient(columns, args.block_size).clamp(
-            max=args.block_table.shape[1] - 1)
-        rows = args.token_to_req_indices[:d].to(torch.int64)
-        table = args.block_table.index_select(0, rows).to(torch.int64)
-        slots = table.gather(1, pages.expand(d, width)) * args.block_size
-        slots = slots + columns - pages * args.block_size  # j - page * B: off when page is
-        decode = torch.where(decode >= 0, slots.to(torch.int32), decode)
+    if args.num_decode_tokens and args.block_table.shape[1]:
+        columns = torch.arange(args.max_compressed_tokens, device=decode.device)
+        pages = _float32_quotient(columns, args.block_size)
+        # j - page * B as the offset: one page short makes it B too large.
+        slots = _slot_ids(args, pages, columns - pages * args.block_size)
+        decode = torch.where(decode >= 0, slots, decode)
     return write_and_return(args, (decode, lens, prefill))
 
 
@@ -65,13 +71,9 @@ def _build_block_through_float_reciprocal(args: BuildArgs) -> Views:
 def _build_block_size_capped_at_tile(args: BuildArgs) -> Views:
     validated(args)
     decode, lens, prefill = rows_of(args)
-    d = args.num_decode_tokens
-    if args.block_size > TILE and d and args.block_table.shape[1]:
-        # Page j // 128 where the contract says j // B; slot ids still page * B + j % 128.
+    if args.block_size > TILE and args.num_decode_tokens and args.block_table.shape[1]:
+        # Page j // 128 where the contract says j // B; slot ids page * B + j % 128.
         columns = torch.arange(args.max_compressed_tokens, device=decode.device)
-        pages = (columns // TILE).clamp(max=args.block_table.shape[1] - 1)
-        rows = args.token_to_req_indices[:d].to(torch.int64)
-        table = args.block_table.index_select(0, rows).to(torch.int64)
-        slots = table.gather(1, pages.expand(d, -1)) * args.block_size + columns % TILE
-        decode = torch.where(decode >= 0, slots.to(torch.int32), decode)
+        decode = torch.where(decode >= 0, _slot_ids(args, columns // TILE, columns % TILE),
+                             decode)
     return write_and_return(args, (decode, lens, prefill))

@@ -32,6 +32,17 @@ def _memory_key(args: BuildArgs) -> tuple:
     )
 
 
+def _storages(args: BuildArgs) -> tuple[StorageWeakRef, ...]:
+    """Weak references to the call's buffers' allocations: a memo is void once one is freed."""
+    return tuple(StorageWeakRef(buffer.untyped_storage()) for buffer in _buffers(args))
+
+
+def _forget_freed(memos: dict) -> None:
+    """Drop the memos of allocations that were freed (their addresses may be reused)."""
+    for stale in [key for key, memo in memos.items() if not memo.alive()]:
+        del memos[stale]
+
+
 def _versions(args: BuildArgs) -> tuple[int, ...]:
     return tuple(buffer._version for buffer in _buffers(args))
 
@@ -101,10 +112,9 @@ def _build_remembers_last_write(args: BuildArgs) -> Views:
     args.global_decode_buffer[d_rows, :width] = decode[d_rows]
     args.decode_lens_buffer[l_rows] = lens[l_rows]
     args.prefill_buffer[p_rows, :width] = prefill[p_rows]
-    for stale in [k for k, memo in _last_writes.items() if not memo.alive()]:
-        del _last_writes[stale]
+    _forget_freed(_last_writes)
     _last_writes[key] = _LastWrite(
-        storages=tuple(StorageWeakRef(buffer.untyped_storage()) for buffer in _buffers(args)),
+        storages=_storages(args),
         versions=_versions(args),  # after its own writes
         width=width,
         decode=decode.clone(),
@@ -151,9 +161,6 @@ def _build_sentinels_only_up_to_last_width(args: BuildArgs) -> Views:
             tail = rows[:, known:]
             region.copy_(torch.where(tail >= 0, tail, region))
     args.decode_lens_buffer[:d] = lens
-    for stale in [k for k, memo in _last_widths.items() if not memo.alive()]:
-        del _last_widths[stale]
-    _last_widths[key] = _LastWidth(
-        tuple(StorageWeakRef(buffer.untyped_storage()) for buffer in _buffers(args)), width
-    )
+    _forget_freed(_last_widths)
+    _last_widths[key] = _LastWidth(_storages(args), width)
     return returned_views(args)
