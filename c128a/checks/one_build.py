@@ -175,7 +175,7 @@ def check_untouched_memory(target, result: BuildResult, before: Buffers) -> None
         element = int(hits[0])
         raise InvariantViolation(
             "untouched_memory",
-            f"{_where(element, index, spans, width)} changed from "
+            f"{_where(element, index, spans)} changed from "
             f"{int(was.reshape(-1)[element])} to {int(now.reshape(-1)[element])}; "
             f"{int(changed.sum())} element(s) outside the written region changed; "
             + setting(batch, width),
@@ -190,7 +190,7 @@ def _place(buffers: Buffers, buffer: torch.Tensor) -> tuple[int, int]:
     raise AssertionError("a buffer outside its own allocations")
 
 
-def _where(element: int, allocation: int, spans, width: int) -> str:
+def _where(element: int, allocation: int, spans) -> str:
     """Element ``element`` of an allocation, named by the buffer, row and
     column it is (or the gap it lies in) for the diff."""
     for index, first, what, buffer, rows, columns in spans:

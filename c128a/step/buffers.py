@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 POISON = -99
 """Fill value of every buffer before a build: anything still -99 was not written."""
 
+POOL_ALIGNMENT = 4
+"""Elements (16 bytes of int32) each buffer of a pool starts on a multiple of."""
+
 
 @dataclass(frozen=True)
 class BufferLayout:
@@ -31,7 +34,7 @@ class BufferLayout:
     (row stride = columns + ``row_padding``), each buffer ``offset`` elements
     into its allocation (a nonzero storage offset), and with ``pooled`` all
     three carved out of one allocation (decode rows, then prefill rows, then
-    the lens, ``offset`` elements apart). The defaults are three fresh
+    the lens, ``offset`` elements apart, each starting on a 16-byte boundary). The defaults are three fresh
     contiguous allocations. Every element of an allocation outside the
     buffers (the gaps) holds the fill too: a write there is a spill."""
 
@@ -103,8 +106,11 @@ class Buffers:
             shape, stride = shapes[index]
             span = shape[0] * stride[0]
             if layout.pooled and sizes:
-                places[index] = _Place(0, sizes[0] + gap, shape, stride)
-                sizes[0] += gap + span
+                # Each buffer of a pool starts on a 16-byte boundary, as an
+                # allocator's would (Triton keys its compiled variants on it).
+                start = -(-(sizes[0] + gap) // POOL_ALIGNMENT) * POOL_ALIGNMENT
+                places[index] = _Place(0, start, shape, stride)
+                sizes[0] = start + span
             else:
                 places[index] = _Place(len(sizes), gap, shape, stride)
                 sizes.append(gap + span)

@@ -675,7 +675,8 @@ def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: b
     at a storage offset (a multiple of 4 elements: 16-byte aligned, as an
     allocator hands out), rows further apart than their columns (up to 2C),
     one allocation for all three buffers with the decode buffer's last row
-    right before the prefill buffer's first, or all of these at once."""
+    right before the prefill buffer's first (within 16 bytes), or all of
+    these at once."""
     kind = kind % 8 if drawn else 0
     offset = 4 * (1 + offset % 64)
     padding = 1 + padding % max(capacity, 2 * WIDTH_ALIGNMENT)

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...checks.profiles import PROFILES
-from ...contract import PaddingRows
-from ...contract import MAX_QUERY_TOKENS_PER_DECODE
+from ...contract import MAX_QUERY_TOKENS_PER_DECODE, PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
 from ...step import MAX_BUFFER_ROWS
 from ...step.schema import read_value, type_hints
