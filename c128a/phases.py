@@ -179,11 +179,12 @@ class ExampleTimer:
 
     Around each example's check, ``begin(drawn)`` and ``end(drawn)``, with
     ``drawn`` the seconds Hypothesis says it spent drawing the example so far
-    (its own timing: ``ConjectureData.draw_times``, what its observations
-    report as ``timing["generate:..."]``). Between them a :class:`PhaseClock`
-    without synchronisation charges the harness's phases; the rest of the
-    window is the check's ``other``, less the draws made inside it (a state
-    machine draws its rules while it runs), which count as ``draw``.
+    (its own timing, :func:`c128a.hypothesis_private.drawn_seconds`, what its
+    observations report as ``timing["generate:..."]``). Between them a
+    :class:`PhaseClock` without synchronisation charges the harness's phases;
+    the rest of the window is the check's ``other``, less the draws made
+    inside it (a state machine draws its rules while it runs), which count as
+    ``draw``.
     ``charge`` adds time a runner measured itself; ``take`` returns the
     seconds per name since the last ``take``. Costs two clock reads and a
     few dictionary updates per example.

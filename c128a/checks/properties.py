@@ -27,6 +27,7 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches
 from ..strategies.budget import SizeBudget, size_budget
@@ -106,7 +107,7 @@ class Property:
                 around(batch, lambda: check(target, batch, device))
 
         run_property.__qualname__ = run_property.__name__ = f"c128a_{self.name}"
-        run_property._hypothesis_internal_add_digest = f"c128a:{self.name}".encode()
+        add_digest(run_property, f"c128a:{self.name}")
         test = given(batch=strategy)(run_property)
         for batch in reversed(self.examples if examples else ()):
             test = example(batch=batch)(test)

@@ -43,7 +43,6 @@ from typing import Annotated, Any
 import torch
 from hypothesis import __version__ as HYPOTHESIS_VERSION
 from hypothesis import reproduce_failure, seed, settings
-from hypothesis.control import current_build_context
 from hypothesis.errors import DidNotReproduce
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
@@ -58,6 +57,7 @@ from ..contract import (
     target_width,
 )
 from ..failures import BadArgument, CaseError, ContractViolation, failure_text, is_kill
+from ..hypothesis_private import blob_misfit
 from ..step import Batch
 from ..step.schema import INT32, Range, from_json
 from ..targets import held_to, import_object
@@ -561,7 +561,7 @@ def replay_from_blob(case: Case, prop, target, device) -> Outcome:
     misfits: list[str | None] = []
 
     def note_the_fit(batch, run) -> None:
-        misfits.append(_blob_misfit())
+        misfits.append(blob_misfit())
         run()
 
     test = prop.test(target, device, settings=settings(database=None, deadline=None),
@@ -577,24 +577,6 @@ def replay_from_blob(case: Case, prop, target, device) -> Outcome:
     if misfit is not None:
         return Outcome(CANNOT_REPLAY, f"the reproduce_blob cannot drive this test: {misfit}")
     return Outcome(PASSES, "the recorded example no longer fails")
-
-
-def _blob_misfit() -> str | None:
-    """Why the example running now is not the one its pinned blob records;
-    None when it is. Where a blob's choice does not fit what the test draws,
-    Hypothesis draws the simplest value instead and says so only in its
-    ConjectureData: a pass would then be of an example nobody recorded."""
-    data = getattr(current_build_context(), "data", None)
-    misaligned = getattr(data, "misaligned_at", AttributeError)
-    if misaligned is AttributeError:
-        return (f"hypothesis {HYPOTHESIS_VERSION} does not say whether the blob's choices fit "
-                "the test (ConjectureData.misaligned_at), so a pass would prove nothing")
-    if misaligned is None:
-        return None
-    index, choice_type = misaligned[0], misaligned[1]
-    return (f"its choice {index} does not fit the {choice_type} the test draws there, so "
-            f"Hypothesis drew the simplest {choice_type} instead: the example that ran is not "
-            "the one recorded")
 
 
 def _as_the_target_chooses(batch: Batch, target) -> tuple[Batch, Outcome | None]:

@@ -20,10 +20,8 @@ progress, and the parent reports them folded into
 
 from __future__ import annotations
 
-import ast
 import ctypes
 import json
-import math
 import os
 import signal
 import sys
@@ -36,15 +34,14 @@ from pathlib import Path
 import torch
 from hypothesis import seed as use_seed
 from hypothesis import settings
-from hypothesis.control import current_build_context
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument
-from hypothesis.internal import observability
+from hypothesis.errors import FlakyStrategyDefinition
 from hypothesis.stateful import run_state_machine_as_test
 
 from ... import phases
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
+from ...hypothesis_private import FailureObserver, drawn_seconds
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
@@ -152,64 +149,37 @@ def open_database(spec: str | None):
     return DirectoryBasedExampleDatabase(spec)
 
 
-def drawn_seconds() -> float:
-    """Seconds Hypothesis has spent drawing the running example so far (GC
-    excluded): its own timing, ``ConjectureData.draw_times`` (the top-level
-    draws and a state machine's rule draws), which its observations report as
-    ``timing["generate:..."]``. Always recorded, so reading it costs nothing
-    more; 0.0 outside an example or where Hypothesis no longer has it."""
-    try:
-        draw_times = current_build_context().data.draw_times
-    except (InvalidArgument, AttributeError):
-        return 0.0
-    return math.fsum(draw_times.values())
-
-
 class StopRequested(BaseException):
     """Raised inside a test to end a round early; Hypothesis lets it through."""
 
 
 class FailureBlob:
-    """Hypothesis's reproduce blob for the failure a round ends with, read from
-    its observations (Hypothesis's observability API): the minimal failing
-    test case's ``reproduction_decorator``. Observing costs a little per
-    example, so a property round switches it on at the first failure, when
-    shrinking starts; and coverage, which observing would otherwise trace
-    line by line, stays off (the switch Hypothesis exposes for that)."""
+    """Hypothesis's reproduce blob for the failure a round ends with: that of
+    the last failing test case observed, the minimal one once shrinking is
+    over. Observing costs a little per example, so a property round starts it
+    at the first failure, when shrinking starts."""
 
     def __init__(self, on_first_failure=None):
         self.blob: str | None = None
         self.failed = False  # an example of the round failed (shrinking runs)
-        self.on = False
-        self._coverage = observability.OBSERVABILITY_COLLECT_COVERAGE
         # Called with the first failing example's blob and representation
         # (a state machine's steps), before shrinking starts.
         self.on_first_failure = on_first_failure
+        self._observer = FailureObserver(self._failed)
 
     def start(self) -> None:
-        if not self.on:
-            observability.OBSERVABILITY_COLLECT_COVERAGE = False
-            observability.add_observability_callback(self._observe)
-            self.on = True
+        self._observer.start()
 
     def stop(self) -> None:
-        if self.on:
-            observability.remove_observability_callback(self._observe)
-            observability.OBSERVABILITY_COLLECT_COVERAGE = self._coverage
-            self.on = False
+        self._observer.stop()
 
-    def _observe(self, observation) -> None:
-        if getattr(observation, "type", None) != "test_case" or observation.status != "failed":
-            return
+    def _failed(self, blob: str | None, representation: str) -> None:
         first = not self.failed
         self.failed = True
-        decorator = observation.metadata.reproduction_decorator
-        if decorator:
-            # "@reproduce_failure('6.170.17', b'AX...')": the call's two literal arguments.
-            call = ast.parse(decorator.lstrip("@"), mode="eval").body
-            self.blob = ast.literal_eval(call.args[1]).decode()
+        if blob is not None:
+            self.blob = blob
         if first and self.on_first_failure is not None:
-            self.on_first_failure(self.blob, observation.representation)
+            self.on_first_failure(self.blob, representation)
 
 
 class Progress:
