@@ -9,6 +9,7 @@ its process group reaches nobody else. Processes are followed through
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -517,6 +518,81 @@ def test_case_that_cannot_be_written_mid_run_is_kept_in_the_report(tmp_path, mon
     kept = cases.Case.from_json(entry["case"])
     assert kept.batch is not None and kept.property == "loses_cases_dir"
     assert "NOT WRITTEN" in capsys.readouterr().err
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real full filesystem: a 64 KiB tmpfs holding a ``cases`` folder and a
+    file that took every free byte. Creating a file there still works (the
+    run's start-up checks pass, as they would on a disk that fills during
+    the run); writing one byte into it fails with ENOSPC."""
+    mount_point = tmp_path / "full"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        (mount_point / "cases").mkdir()
+        filler = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(filler, b"x" * 4096)
+        finally:
+            os.close(filler)
+        assert full.value.errno == errno.ENOSPC
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _between(text: str, title: str) -> str:
+    """The JSON a BEGIN/END block of that title holds."""
+    begin = text.index(f"----- BEGIN {title}")
+    start = text.index("\n", begin) + 1
+    return text[start:text.index(f"----- END {title} -----", start)]
+
+
+def test_a_full_disk_holding_the_cases_and_the_report_loses_no_finding(
+    tmp_path, monkeypatch, capsys, full_disk
+):
+    """The cases folder and the report on one full disk (ENOSPC): the case
+    reaches stderr whole, marked, as JSON a person can save and replay.
+    (Before: "NOT WRITTEN" with the failure's first line, then "could not
+    write the report": the case's input was lost.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="test_fuzz:lens_mutant", properties=FAULTS_SPEC,
+                         max_examples=300, exitfirst=True, cases_dir=str(full_disk / "cases"),
+                         report=str(full_disk / "report.json"))
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1, report
+    errors = capsys.readouterr().err
+    assert "could not write the report" in errors and "No space left on device" in errors
+    assert not (full_disk / "report.json").exists()
+    kept = json.loads(_between(errors, "c128a report cases that could not be written"))
+    assert kept == report["cases"] and len(kept) >= 1
+    for entry in kept:
+        assert "No space left on device" in entry["not_written"]
+        case = cases.Case.from_json(entry["case"])
+        assert case.batch is not None and case.property == "matches_reference"
+        assert not cases.replay_case(case, lens_mutant, "cpu", properties=FAULT_PROPERTIES).passed
+
+
+def test_a_case_the_disk_refuses_reaches_stderr_whole(tmp_path, monkeypatch, capsys, full_disk):
+    """Only the cases folder is full; the report is written elsewhere: the
+    unwritten case is printed whole too, not its first line alone."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="test_fuzz:lens_mutant", properties=FAULTS_SPEC,
+                         max_examples=300, exitfirst=True, cases_dir=str(full_disk / "cases"))
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1, report
+    errors = capsys.readouterr().err
+    [entry] = [e for e in json.loads(Path(config.report).read_text())["cases"]
+               if e.get("not_written")]
+    block = _between(errors, "c128a case that could not be written")
+    printed = cases.Case.from_json(json.loads(block))
+    assert printed.to_json() == entry["case"] and printed.batch is not None
 
 
 # ---------------------------------------------------------------- cases on disk

@@ -623,6 +623,20 @@ def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> N
     entry["case"] = case.to_json()
 
 
+CASE_BLOCK = "c128a case that could not be written"
+REPORT_CASES_BLOCK = "c128a report cases that could not be written"
+
+
+def print_for_saving_by_hand(console, title: str, data: Any, how: str) -> None:
+    """``data`` whole as JSON on stderr between BEGIN and END lines, so that a
+    finding the disk refused can still be saved by hand: nothing wrapped,
+    nothing coloured."""
+    console.print(f"----- BEGIN {title} ({how}) -----", markup=False, highlight=False,
+                  soft_wrap=True)
+    console.print(json.dumps(data, indent=2), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"----- END {title} -----", markup=False, highlight=False, soft_wrap=True)
+
+
 def describe_signal(signum: int) -> str:
     """``signal SIGKILL``; a signal without a name in :class:`signal.Signals`
     (a real-time one) by its number and its place after SIGRTMIN, e.g.
@@ -714,29 +728,45 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
             "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
             markup=False,
         )
+    report_problem = None
+    if config.report:
+        try:
+            atomic_write_json(Path(config.report), report)
+        except OSError as exc:
+            report_problem = f"{config.report}: {exc.strerror or exc}"
     for case in report["cases"]:
         if case["path"]:
             note = "new" if case["new"] else "already saved"
             console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
                           markup=False)
         elif case.get("not_written"):
+            where = "with the report's cases below" if report_problem else "below and in the report"
             console.print(f"{case['kind']} case NOT WRITTEN ({case['not_written']}; kept whole "
-                          f"in the report)\n  {case['failure']}", markup=False)
+                          f"{where})\n  {case['failure']}", markup=False)
         else:
             console.print(f"{case['kind']}: {case['failure']}", markup=False)
         for key in ("note", "outside_contract"):
             if case.get(key):
                 console.print(f"  {key.replace('_', ' ')}: {case[key]}", markup=False)
+        if case.get("not_written") and not report_problem:
+            print_for_saving_by_hand(
+                console, CASE_BLOCK, case["case"],
+                f"save it as {case_filename(Case.from_json(case['case']))} in a cases folder "
+                "to replay it",
+            )
     for error in report["errors"]:
         console.print(f"error of the suite itself: {error}", markup=False)
     if report["error"]:
         console.print(f"run aborted: {report['error']}", markup=False)
     if report["interrupted_by"]:
         console.print(f"run interrupted by {report['interrupted_by']}", markup=False)
-    if config.report:
-        try:
-            atomic_write_json(Path(config.report), report)
-        except OSError as exc:
-            console.print(f"could not write the report to {config.report}: "
-                          f"{exc.strerror or exc}", markup=False)
+    if report_problem:
+        # The report held the unwritten cases whole: without it they exist only here.
+        console.print(f"could not write the report to {report_problem}", markup=False)
+    if report_problem and report["cases"]:
+        print_for_saving_by_hand(
+            console, REPORT_CASES_BLOCK, report["cases"],
+            "the report's cases; an entry with \"case\" holds a case that could not be "
+            "written: save that value as a .json file to replay it",
+        )
     return report
