@@ -652,3 +652,54 @@ def test_a_replay_child_never_imports_from_the_current_folder(tmp_path, capsys, 
     out = capsys.readouterr().out
     assert not marker.exists(), "the replay's child imported rich.py from the current folder"
     assert status == EXIT_OK and "result:   PASSES now" in out
+
+
+# ---------------------------------------------------------------- G: output files, up front
+
+
+def _long_name(tmp_path: Path) -> Path:
+    """A name the folder takes (255 bytes) but its temporary sibling, longer, does not."""
+    return tmp_path / ("r" * 250 + ".json")
+
+
+def _fifo(tmp_path: Path) -> Path:
+    os.mkfifo(tmp_path / "out.fifo")
+    return tmp_path / "out.fifo"
+
+
+def _in_a_file(tmp_path: Path) -> Path:
+    (tmp_path / "a-file").write_text("x")
+    return tmp_path / "a-file" / "out.json"
+
+
+OUTPUT_PATHS = [
+    pytest.param(lambda tmp: tmp / "missing" / "out.json", "does not exist", id="folder-missing"),
+    pytest.param(_in_a_file, "is not a folder", id="folder-is-a-file"),
+    pytest.param(lambda tmp: tmp, "is a directory", id="a-directory"),
+    # Opening a FIFO to write waits for a reader: before, the run hung at its end.
+    pytest.param(_fifo, "is a named pipe (FIFO)", id="a-fifo"),
+    pytest.param(lambda tmp: Path("/proc/c128a-out.json"), "cannot be written", id="proc"),
+]
+BENCH_OUTPUTS = [
+    *[pytest.param(option, *case.values, id=f"{option}-{case.id}")
+      for option in ("--json", "--profile-out") for case in OUTPUT_PATHS],
+    # --json is written whole beside its place first: a name of 255 bytes is
+    # one its temporary file cannot have. (cProfile writes its stats in place.)
+    pytest.param("--json", _long_name, "File name too long", id="--json-name-too-long"),
+]
+
+
+@pytest.mark.parametrize("option, make_path, words", BENCH_OUTPUTS)
+def test_bench_output_files_are_checked_before_any_work(tmp_path, capsys, option, make_path,
+                                                        words):
+    """``c128a bench`` refuses an output file it could not write before it
+    measures anything: exit 2, one line naming the option, the path and the
+    rule. (Before: the throughput ran and printed, then an OSError traceback.)"""
+    path = make_path(tmp_path)
+    status = cli.main(["bench", "--throughput", "--examples", "1", "--device", "cpu",
+                       "--target", "reference", option, str(path)])
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"c128a bench: {option}={path}: ") and words in line, line
+    assert captured.out == ""  # nothing measured
