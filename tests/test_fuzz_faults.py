@@ -471,6 +471,11 @@ def _a_file(tmp_path: Path) -> Path:
     return path
 
 
+def _a_fifo(tmp_path: Path) -> Path:
+    os.mkfifo(tmp_path / "report.fifo")
+    return tmp_path / "report.fifo"
+
+
 @pytest.mark.parametrize(
     "option, value, message",
     [
@@ -478,11 +483,15 @@ def _a_file(tmp_path: Path) -> Path:
         ("--cases-dir", lambda tmp: "/proc/c128a-cases", "--cases-dir"),
         ("--report", lambda tmp: "/proc/c128a-reports/report.json", "--report"),
         ("--report", lambda tmp: tmp, "--report"),
+        # The report's temporary file, beside it, would need a name over 255 bytes.
+        ("--report", lambda tmp: tmp / ("r" * 250 + ".json"), "File name too long"),
+        ("--report", lambda tmp: _a_fifo(tmp), "named pipe (FIFO), not a regular file"),
         ("--db", lambda tmp: _a_file(tmp) / "db", "--db"),
         ("--db", lambda tmp: f"redis://127.0.0.1:{_free_port()}/0", "--db"),
     ],
     ids=["cases-dir-is-a-file", "cases-dir-cannot-be-made", "report-folder-unwritable",
-         "report-is-a-folder", "db-cannot-be-made", "redis-does-not-answer"],
+         "report-is-a-folder", "report-name-too-long", "report-is-a-fifo", "db-cannot-be-made",
+         "redis-does-not-answer"],
 )
 def test_bad_path_is_refused_before_any_worker_starts(
     tmp_path, capsys, c128a_device, option, value, message
@@ -493,7 +502,7 @@ def test_bad_path_is_refused_before_any_worker_starts(
     arguments[option] = str(value(tmp_path))
     command = ["fuzz", "--target", "reference", "--device", c128a_device.type,
                "--max-examples", "5", "--workers", "1", "--no-live", "--properties", FAULTS_SPEC,
-               "--no-stateful"]
+               "--no-stateful", "--only", "matches_reference"]  # a run would exit 0
     for name, given in arguments.items():
         command += [name, given]
     assert cli.main(command) == 2

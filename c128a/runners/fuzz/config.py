@@ -25,6 +25,7 @@ from ..cases import (
     DEFAULT_MACHINE,
     DEFAULT_PROPERTIES,
     SERVING_LOOP,
+    output_file_problem,
     regular_file_problem,
 )
 from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
@@ -273,6 +274,10 @@ def check_paths(config: FuzzConfig) -> None:
         if report.is_dir():
             raise UsageError(f"--report {report} is a folder; name a file")
         _writable_folder(report.parent, f"--report {report}: its folder")
+        # The report is written last, replacing what is there: found now, not
+        # after the run (a name too long for its temporary file, a FIFO).
+        if (problem := output_file_problem(report)) is not None:
+            raise UsageError(f"--report={report}: {problem}")
     db = config.db
     if not db or db == "none":
         return
