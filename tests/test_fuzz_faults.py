@@ -445,6 +445,24 @@ def test_target_policy_raising_is_a_failure_with_its_blob(tmp_path, monkeypatch)
     assert cases.replay_case(case, load_target("reference"), "cpu").passed
 
 
+def test_a_target_exiting_with_status_3_on_the_cpu_is_a_crash_not_a_cuda_fault(
+    tmp_path, monkeypatch
+):
+    """``sys.exit(3)`` inside a target on the CPU: a crash case saying the
+    worker exited with status 3. (Before: "died (CUDA fault)", on a run
+    with no GPU; 3 is a worker's own status after a CUDA fault.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="fault_targets:exits_3", exitfirst=True,
+                         properties=FAULTS_SPEC)
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1 and report["totals"]["crashes"] == 1, report
+    [entry] = report["cases"]
+    case = cases.load_case(entry["path"])
+    assert case.kind == "crash" and case.batch is not None
+    assert "worker 0 died (exit 3) running this input" in case.failure, case.failure
+    assert "CUDA" not in case.failure
+
+
 def test_suite_fault_in_a_property_is_an_error_not_a_failure(tmp_path, monkeypatch):
     """A harness assertion inside a property is reported as the suite's error
     (exit 2), never saved as a failure of the target."""

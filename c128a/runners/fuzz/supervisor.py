@@ -394,7 +394,7 @@ class Supervisor:
                 return
             code = process.exitcode
             how = describe_signal(-code) if code and code < 0 else f"exit {code}"
-            if code == CUDA_FAULT_EXIT:
+            if code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
                 how = "CUDA fault"
             if not slot.ready:
                 # Dying before its first example is a setup problem: restarting repeats it.
@@ -422,6 +422,16 @@ class Supervisor:
                 "(--example-timeout) and was killed",
             )
             self.restart(index)
+
+    def died_of_cuda_fault(self, index: int) -> bool:
+        """Whether worker ``index``'s exit with :data:`CUDA_FAULT_EXIT` was its
+        own, after a CUDA fault: the worker writes the fault into its in-flight
+        record before it exits. A target may exit with the same status
+        (``sys.exit(3)``, on any device): that is a crash like any other exit.
+        (Not the device alone: the worker knows a CUDA fault by its message,
+        which a target on the CPU can raise too, and which the tests plant.)"""
+        record = self.inflight_record(index)
+        return bool(record and record.get("fault"))
 
     def kill_the_rest(self) -> None:
         """The grace period is over: end the workers still running, keeping
