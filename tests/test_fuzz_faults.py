@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -270,6 +271,36 @@ def test_a_signal_to_one_worker_is_a_crash_and_the_worker_restarts(fuzz_process,
     assert named in case.failure, case.failure
     errors = run.errors()
     assert "c128a fuzz summary" in errors and "Traceback" not in errors
+
+
+def test_the_runs_temporary_folder_deleted_mid_run_is_made_again(fuzz_process):
+    """The run's temporary folder (in-flight files) is deleted, then a worker
+    dies: the supervisor makes the folder again, the restarted worker runs,
+    and the run ends by its signal with the crash counted. (Before: the
+    restarted worker could not open its in-flight file, a fatal error, and
+    the run aborted on its own.)"""
+    run = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful")
+    run.running_workers(1)
+    [folder] = run.temporary.glob("c128a-fuzz-*")
+    [first] = fuzz_workers(run)
+    shutil.rmtree(folder)
+    os.kill(first, signal.SIGKILL)  # its restart opens its in-flight file in the folder
+    wait_until(
+        lambda: run.process.poll() is not None or list(folder.glob("worker-*.json")),
+        60, f"the restarted worker running examples; stderr:\n{run.errors()}",
+    )
+    if run.process.poll() is None:
+        os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(20) == 1, run.errors()
+    report = run.report()
+    assert report["status"] == "interrupted" and report["error"] is None, report
+    assert report["totals"]["crashes"] == 1 and report["totals"]["restarts"] == 1, report
+    [entry] = report["cases"]
+    assert entry["kind"] == "crash" and "temporary folder" in entry["failure"], entry
+    errors = run.errors()
+    assert "was deleted; made again" in errors and "Traceback" not in errors
+    assert list(run.temporary.iterdir()) == []
 
 
 def test_sigkill_of_the_parent_ends_every_worker(fuzz_process):

@@ -129,6 +129,7 @@ class Supervisor:
         self.console = console or Console(stderr=True)
         self.stop = self.context.Event()
         self.run_dir = Path(tempfile.mkdtemp(prefix="c128a-fuzz-"))
+        self.run_dir_lost = False  # deleted during the run, and made again
         self.slots = [_Slot() for _ in range(config.workers)]
         self.stats = [WorkerStats(i) for i in range(config.workers)]
         self.labels: Counter[str] = Counter()
@@ -160,8 +161,24 @@ class Supervisor:
     def inflight_path(self, index: int) -> Path:
         return self.run_dir / f"worker-{index}.json"
 
+    def keep_run_dir(self) -> None:
+        """Make the run's temporary folder again if something deleted it (a
+        temporary-file cleaner, a hand): a worker that starts opens its
+        in-flight file there, and without the folder it could not run."""
+        if self.run_dir.is_dir():
+            return
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.run_dir_lost:
+            self.run_dir_lost = True
+            self.console.print(
+                f"the run's temporary folder {self.run_dir} was deleted; made again (the "
+                "in-flight input of a worker already running is lost until it restarts)",
+                markup=False,
+            )
+
     def spawn(self, index: int) -> None:
         slot, stats = self.slots[index], self.stats[index]
+        self.keep_run_dir()
         self.inflight_path(index).unlink(missing_ok=True)
         budget = None
         if self.budgets is not None:
@@ -222,8 +239,10 @@ class Supervisor:
         record = self.inflight_record(index)
         self.cut_short(index, f"the worker was lost ({kind})")
         if record is None:
+            why = ("its in-flight input went with the run's temporary folder, deleted during "
+                   "the run" if self.run_dir_lost else "before its first example")
             self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
-                               "failure": message + " (before its first example)"})
+                               "failure": f"{message} ({why})"})
             return
         try:
             batch = Batch.from_json(record["batch"]) if record.get("batch") else None
@@ -461,6 +480,7 @@ class Supervisor:
                 display.start()
             while True:
                 now = time.monotonic()
+                self.keep_run_dir()
                 for index in range(self.config.workers):
                     self.drain(index)
                     self.check(index, now)
