@@ -703,3 +703,22 @@ def test_bench_output_files_are_checked_before_any_work(tmp_path, capsys, option
     [line] = captured.err.splitlines()
     assert line.startswith(f"c128a bench: {option}={path}: ") and words in line, line
     assert captured.out == ""  # nothing measured
+
+
+@pytest.mark.parametrize("option, words", [
+    ("--cases-dir", "--cases-dir='' is an empty path; name a folder"),
+    ("--report", "--report='' is an empty path; name a file"),
+    ("--db", "--db='' is an empty path; name a folder, redis://HOST:PORT/N, or none"),
+])
+def test_fuzz_refuses_an_empty_path(tmp_path, capsys, c128a_device, option, words, monkeypatch):
+    """An empty path is refused (exit 2, one line), not taken as the current
+    folder or, for --db, as no database. (Before: --cases-dir '' ran and
+    saved cases in the current folder; --db '' ran without a database.)"""
+    monkeypatch.chdir(tmp_path)
+    assert fuzz(tmp_path, c128a_device, "--only", "views", "--no-stateful", option, "") == (
+        EXIT_USAGE
+    )
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith("c128a fuzz: ") and words in line, line
+    assert not (tmp_path / "r.json").exists()

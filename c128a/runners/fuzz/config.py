@@ -208,6 +208,11 @@ def resolve(
             f"holds steps of up to {MAX_BUFFER_ROWS} buffer rows (the tokens and up to "
             f"{MAX_QUERY_TOKENS_PER_DECODE} padding tokens)"
         )
+    for name, what in (("cases_dir", "a folder"), ("report", "a file"),
+                       ("db", "a folder, redis://HOST:PORT/N, or none for no database")):
+        if getattr(options, name) == "":
+            # An empty path is the current folder to some calls and nothing to others.
+            raise UsageError(f"--{name.replace('_', '-')}='' is an empty path; name {what}")
     properties = options.properties or DEFAULT_PROPERTIES
     known = import_object(properties, "--properties")
     if not isinstance(known, dict):
