@@ -722,3 +722,22 @@ def test_fuzz_refuses_an_empty_path(tmp_path, capsys, c128a_device, option, word
     [line] = captured.err.splitlines()
     assert line.startswith("c128a fuzz: ") and words in line, line
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("value", [",", "", "views,", " , views"])
+def test_fuzz_refuses_an_empty_property_name(tmp_path, capsys, c128a_device, value):
+    """``--only`` with an empty name is refused (exit 2, one line). (Before:
+    ``--only ,`` and ``--only ''`` ran every property; ``views,`` ran views.)"""
+    assert fuzz(tmp_path, c128a_device, "--only", value) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("c128a fuzz: --only=") and "names an empty property" in line, line
+
+
+@pytest.mark.parametrize("text", ["only = ','\n", "only = []\n", "only = ['views', '']\n"])
+def test_a_config_file_with_an_empty_property_name_is_refused(tmp_path, capsys, c128a_device,
+                                                              text):
+    config = tmp_path / "fuzz.toml"
+    config.write_text("[fuzz]\n" + text)
+    assert fuzz(tmp_path, c128a_device, "--config", str(config)) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert "names an empty property" in line, line

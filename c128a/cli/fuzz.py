@@ -62,7 +62,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
+    # Empty names are kept: resolve() refuses them, naming the option.
+    return tuple(name.strip() for name in text.split(","))
 
 
 def options_from_args(args: argparse.Namespace) -> FuzzOptions:

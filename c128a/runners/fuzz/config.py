@@ -141,7 +141,7 @@ def load_config_file(path: str) -> FuzzOptions:
                 f"--config {path}: unknown key {CONFIG_TABLE}.{key}; known: {', '.join(known)}"
             )
         if name == "only" and isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            value = [part.strip() for part in value.split(",")]
         try:
             values[name] = read_value(
                 type_hints(FuzzOptions)[name], value, None, f"{CONFIG_TABLE}.{key}"
@@ -217,6 +217,12 @@ def resolve(
     known = import_object(properties, "--properties")
     if not isinstance(known, dict):
         raise UsageError(f"--properties {properties} is a {type(known).__name__}, not a dict")
+    if options.only is not None and (not options.only or not all(options.only)):
+        # An empty --only ran every property: the opposite of what was asked.
+        raise UsageError(
+            f"--only={','.join(options.only)!r} names an empty property; give names separated "
+            f"by commas, e.g. --only matches_oracle,{SERVING_LOOP}"
+        )
     unknown = sorted(set(options.only or ()) - set(known) - {SERVING_LOOP})
     if unknown:
         raise UsageError(
