@@ -741,3 +741,16 @@ def test_a_config_file_with_an_empty_property_name_is_refused(tmp_path, capsys, 
     assert fuzz(tmp_path, c128a_device, "--config", str(config)) == EXIT_USAGE
     [line] = capsys.readouterr().err.splitlines()
     assert "names an empty property" in line, line
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_bench_throughput_refuses_steps_of_no_token(capsys, value):
+    """``--max-tokens 0`` drew steps of no token (mean 0 tokens) and timed
+    nothing of the kernel's work: refused like a negative one (exit 2,
+    before any example). (Before: 0 ran and printed examples/s.)"""
+    status = cli.main(["bench", "--throughput", "--examples", "1", "--device", "cpu",
+                       "--target", "reference", "--max-tokens", value])
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE and captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"c128a bench: --max-tokens={value} must be >= 1"), line

@@ -143,8 +143,12 @@ def _run_throughput(args: argparse.Namespace) -> int:
         raise UsageError(f"--seconds={args.seconds} must be a finite number > 0")
     if args.examples is not None and args.examples <= 0:
         raise UsageError(f"--examples={args.examples} must be > 0")
-    if args.max_tokens < 0:
-        raise UsageError(f"--max-tokens={args.max_tokens} must be >= 0")
+    if args.max_tokens < 1:
+        # 0 draws steps of no token at all (mean 0 tokens): nothing of the kernel's work.
+        raise UsageError(
+            f"--max-tokens={args.max_tokens} must be >= 1: a step of 0 tokens has nothing to "
+            "build (as c128a fuzz --max-tokens)"
+        )
     device_name = choose_device(args.device)
     target, _ = load(args.target, padding_rows=args.padding_rows)
     if device_name == "cpu":
