@@ -321,6 +321,11 @@ def fuzz(tmp_path, device, *options) -> int:
         ("[fuzz]\nlive = 'no'\n", ["fuzz.live", "must be a bool, got a string"]),
         ("[fuzz]\nminutes = inf\n", ["--minutes=inf must be a finite number > 0"]),
         ("[fuzz\n", ["not TOML"]),
+        # Two spellings of one option: before, both were accepted and the last won.
+        ("[fuzz]\nmax-examples = 1\nmax_examples = 500\n",
+         ["fuzz.max-examples and fuzz.max_examples set the same option", "keep one"]),
+        ("[fuzz]\nexample_timeout = 5\nexample-timeout = 9\n",
+         ["fuzz.example_timeout and fuzz.example-timeout set the same option"]),
     ],
 )
 def test_a_bad_config_file_exits_2_before_any_worker(tmp_path, capsys, c128a_device, text, words):

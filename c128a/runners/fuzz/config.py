@@ -134,12 +134,20 @@ def load_config_file(path: str) -> FuzzOptions:
         )
     known = {f.name: f for f in fields(FuzzOptions)}
     values: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # option -> its key as written
     for key, value in table.items():
         name = key.replace("-", "_")
         if name not in known:
             raise UsageError(
                 f"--config {path}: unknown key {CONFIG_TABLE}.{key}; known: {', '.join(known)}"
             )
+        if name in keys:
+            # TOML sees two keys; one would silently win over the other.
+            raise UsageError(
+                f"--config {path}: {CONFIG_TABLE}.{keys[name]} and {CONFIG_TABLE}.{key} set the "
+                "same option; keep one of them"
+            )
+        keys[name] = key
         if name == "only" and isinstance(value, str):
             value = [part.strip() for part in value.split(",")]
         try:
