@@ -319,7 +319,15 @@ def fuzz(tmp_path, device, *options) -> int:
         ("[fuzz]\nonly = [['views']]\n", ["fuzz.only", "must be a str, got a list"]),
         ("[fuzz]\nminutes = 'soon'\n", ["fuzz.minutes", "must be a number, got a string"]),
         ("[fuzz]\nlive = 'no'\n", ["fuzz.live", "must be a bool, got a string"]),
-        ("[fuzz]\nminutes = inf\n", ["--minutes=inf must be a finite number > 0"]),
+        # A rule broken in the file names the file and the key as written
+        # there, not a command-line option the user never typed (before:
+        # "--minutes=inf must be ...", "--max-tokens=0 must be >= 1", ...).
+        ("[fuzz]\nminutes = inf\n",
+         ["--config ", "fuzz.toml: fuzz.minutes=inf must be a finite number > 0"]),
+        ("[fuzz]\nmax-tokens = 0\n", ["fuzz.toml: fuzz.max-tokens=0 must be >= 1"]),
+        ("[fuzz]\nchunk = 0\n", ["fuzz.toml: fuzz.chunk=0 must be >= 1"]),
+        ("[fuzz]\nonly = ['nope']\n", ["fuzz.toml: fuzz.only names unknown properties nope"]),
+        ("[fuzz]\nprofile = 'nightly'\n", ["fuzz.toml: fuzz.profile='nightly' is not one of"]),
         ("[fuzz\n", ["not TOML"]),
         # Two spellings of one option: before, both were accepted and the last won.
         ("[fuzz]\nmax-examples = 1\nmax_examples = 500\n",
@@ -759,3 +767,26 @@ def test_bench_throughput_refuses_steps_of_no_token(capsys, value):
     assert status == EXIT_USAGE and captured.out == ""
     [line] = captured.err.splitlines()
     assert line.startswith(f"c128a bench: --max-tokens={value} must be >= 1"), line
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("target", "'no_such_module_c128a'", "(target from --config {config}: fuzz.target)"),
+    ("cases_dir", "'{a_file}'", "--config {config}: fuzz.cases_dir {a_file} is a file"),
+    ("report", "'{tmp}'", "--config {config}: fuzz.report {tmp} is a folder"),
+])
+def test_a_path_or_target_from_the_config_file_is_named_as_the_file_writes_it(
+    tmp_path, capsys, c128a_device, key, value, words
+):
+    """The target and the paths a --config file sets are named by its key when
+    refused. (Before: "(target from --target)", "--cases-dir ...", "--report ...".)"""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    config = tmp_path / "fuzz.toml"
+    names = dict(config=config, a_file=a_file, tmp=tmp_path)
+    config.write_text(f"[fuzz]\n{key} = {value.format(**names)}\n")
+    status = cli.main(["fuzz", "--device", c128a_device.type, "--config", str(config),
+                       "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live",
+                       *([] if key == "target" else ["--target", "reference"])])
+    assert status == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert words.format(**names) in line, line
