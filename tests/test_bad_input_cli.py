@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,6 +56,13 @@ def _on_trigger(action):
 exits = _on_trigger(lambda: os._exit(9))
 segfaults = _on_trigger(lambda: os.kill(os.getpid(), signal.SIGSEGV))
 hangs = _on_trigger(lambda: time.sleep(10**6))
+
+
+def _interrupt_always(*args):
+    raise KeyboardInterrupt
+
+
+interrupts = SimpleNamespace(build_c128a_topk_metadata=_interrupt_always)
 '''
 
 
@@ -790,3 +798,64 @@ def test_a_path_or_target_from_the_config_file_is_named_as_the_file_writes_it(
     assert status == EXIT_USAGE
     [line] = capsys.readouterr().err.splitlines()
     assert words.format(**names) in line, line
+
+
+# ---------------------------------------------------------------- H: interrupts
+
+
+def _one_interrupted_line(done: subprocess.CompletedProcess, command: str) -> None:
+    assert done.returncode == 130, done
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "interrupted" in line]
+    assert line.startswith(f"c128a {command}: interrupted"), done.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["replay", "{case}", "--device", "cpu", "--target", f"{STANDIN_MODULE}:interrupts"],
+    ["bench", "--throughput", "--examples", "3", "--device", "cpu", "--target",
+     f"{STANDIN_MODULE}:interrupts", "--property", "matches_oracle"],
+], ids=["replay", "bench"])
+def test_a_target_raising_keyboard_interrupt_ends_with_one_line_and_130(tmp_path, standin,
+                                                                         command):
+    """A target raising KeyboardInterrupt: exit 130 and one line, no
+    traceback. (Before: a traceback, and the process died by SIGINT.)"""
+    path, _ = cases.write_case(make_case(property="matches_oracle", target="reference"),
+                               tmp_path)
+    done = c128a_child(*[part.format(case=path) for part in command], cwd=tmp_path)
+    _one_interrupted_line(done, command[0])
+
+
+SLOW_IMPORT_MODULE = "slow_import_c128a_test"
+
+
+def test_ctrl_c_while_fuzz_loads_its_target_ends_with_one_line_and_130(tmp_path):
+    """SIGINT while ``c128a fuzz`` imports its target (start-up, before the
+    run handles signals): exit 130 and one line. (Before: a traceback.)"""
+    marker = tmp_path / "importing"
+    (tmp_path / f"{SLOW_IMPORT_MODULE}.py").write_text(
+        "import time\nfrom pathlib import Path\n"
+        f"Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
+    python_path = os.pathsep.join(
+        filter(None, [str(tmp_path), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "c128a.cli", "fuzz", "--device", "cpu", "--target",
+         f"{SLOW_IMPORT_MODULE}:anything", "--max-examples", "1", "--workers", "1",
+         "--db", "none", "--no-live", "--cases-dir", str(tmp_path / "cases")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": python_path}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    _one_interrupted_line(subprocess.CompletedProcess(child.args, child.returncode, out, err),
+                          "fuzz")
