@@ -75,6 +75,14 @@ exits_3 = SimpleNamespace(build_c128a_topk_metadata=_exits)
 """A target that ends its process with ``sys.exit(3)`` on its first call."""
 
 
+def _interrupt(*args):
+    raise KeyboardInterrupt
+
+
+interrupts = SimpleNamespace(build_c128a_topk_metadata=_interrupt)
+"""A target that raises KeyboardInterrupt on its first call."""
+
+
 def _policy_with_a_bug(max_seq_len, compress_ratio, capacity, *, batch_invariant=None):
     raise RuntimeError("width policy bug: no width for this step")
 

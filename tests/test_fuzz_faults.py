@@ -494,6 +494,21 @@ def test_a_target_exiting_with_status_3_on_the_cpu_is_a_crash_not_a_cuda_fault(
     assert "CUDA" not in case.failure
 
 
+def test_a_target_raising_keyboard_interrupt_is_a_crash_without_a_traceback(fuzz_process):
+    """A worker ignores SIGINT, so a KeyboardInterrupt there is the target's:
+    a crash case naming it, and no traceback. (Before: "Process
+    c128a-fuzz-0: Traceback ... KeyboardInterrupt", and "died (exit 1)".)"""
+    run = fuzz_process("--max-examples", "3", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", "--exitfirst", target="fault_targets:interrupts")
+    assert run.wait(120) == 1, run.errors()
+    report = run.report()
+    assert report["totals"]["crashes"] == 1 and report["error"] is None, report
+    [entry] = report["cases"]
+    assert "died (KeyboardInterrupt raised by the code it ran, exit 130)" in entry["failure"]
+    assert cases.load_case(entry["path"]).batch is not None
+    assert "Traceback" not in run.errors(), run.errors()
+
+
 def test_suite_fault_in_a_property_is_an_error_not_a_failure(tmp_path, monkeypatch):
     """A harness assertion inside a property is reported as the suite's error
     (exit 2), never saved as a failure of the target."""

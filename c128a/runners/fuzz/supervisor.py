@@ -27,6 +27,7 @@ import os
 import queue as queue_module
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -72,6 +73,21 @@ POLL_INTERVAL_S = 0.1
 STARTUP_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
 SIGNAL_GRACE_S = 5.0  # after SIGINT or SIGTERM: the run must end promptly
+
+
+WORKER_INTERRUPTED_EXIT = 130
+"""A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
+
+
+def run_worker(*args) -> None:
+    """A worker process: :func:`~.worker.worker_main`, except that a
+    KeyboardInterrupt ends it with :data:`WORKER_INTERRUPTED_EXIT`, not with
+    multiprocessing's traceback. A worker ignores SIGINT, so only the code it
+    runs (the target) raises one; the parent keeps the input as a crash."""
+    try:
+        worker_main(*args)
+    except KeyboardInterrupt:
+        sys.exit(WORKER_INTERRUPTED_EXIT)
 
 
 @dataclass
@@ -193,7 +209,7 @@ class Supervisor:
         stats.gpu = gpu
         slot.channel = self.context.Queue()
         slot.process = self.context.Process(
-            target=worker_main,
+            target=run_worker,
             args=(index, slot.generation, self.config, slot.channel, self.stop,
                   str(self.inflight_path(index)), budget, gpu, os.getpid(), dict(os.environ)),
             name=f"c128a-fuzz-{index}",
@@ -415,6 +431,8 @@ class Supervisor:
             how = describe_signal(-code) if code and code < 0 else f"exit {code}"
             if code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
                 how = "CUDA fault"
+            elif code == WORKER_INTERRUPTED_EXIT:
+                how = f"KeyboardInterrupt raised by the code it ran, exit {code}"
             if not slot.ready:
                 # Dying before its first example is a setup problem: restarting repeats it.
                 self.fatal = f"worker {index} died during start-up ({how})"
