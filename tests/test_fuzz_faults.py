@@ -205,11 +205,16 @@ def assert_all_ended(pids, timeout: float = 10.0) -> None:
         (signal.SIGINT, False, 130),
         (signal.SIGTERM, True, 143),
         (signal.SIGINT, True, 130),
+        # A closed terminal or SSH session: before, the parent died by the
+        # signal, with no summary and no report.
+        (signal.SIGHUP, False, 129),
+        (signal.SIGHUP, True, 129),
     ],
-    ids=["SIGTERM-parent", "SIGINT-parent", "SIGTERM-group", "SIGINT-group"],
+    ids=["SIGTERM-parent", "SIGINT-parent", "SIGTERM-group", "SIGINT-group", "SIGHUP-parent",
+         "SIGHUP-group"],
 )
 def test_a_signal_stops_the_run_like_its_deadline(fuzz_process, signum, to_group, exit_status):
-    """SIGTERM/SIGINT, to the parent or its group: report written with status
+    """SIGTERM/SIGINT/SIGHUP, to the parent or its group: report written with status
     interrupted, 128+signal (nothing found), no traceback, no process or
     temporary file left behind."""
     run = fuzz_process("--minutes", "2", "--workers", "2", "--only", "matches_reference",

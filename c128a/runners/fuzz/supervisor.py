@@ -33,6 +33,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ on the environment a worker is given (the kernels, decorated under
 POLL_INTERVAL_S = 0.1
 STARTUP_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
-SIGNAL_GRACE_S = 5.0  # after SIGINT or SIGTERM: the run must end promptly
+SIGNAL_GRACE_S = 5.0  # after SIGINT, SIGTERM or SIGHUP: the run must end promptly
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a run like its deadline: Ctrl-C, a kill, a closed terminal or SSH session."""
 
 
 WORKER_INTERRUPTED_EXIT = 130
@@ -130,7 +133,7 @@ class _Slot:
 class Supervisor:
     """Spawns, watches and restarts workers; collects progress and cases.
 
-    A stop (the deadline, ``--exitfirst``, SIGINT or SIGTERM) asks the workers
+    A stop (the deadline, ``--exitfirst``, SIGINT, SIGTERM or SIGHUP) asks the workers
     to end after their example and waits a grace period, then kills the ones
     still running. Nothing found is lost on the way: a worker reports its
     first failing example before it starts shrinking, and that case is saved
@@ -143,6 +146,16 @@ class Supervisor:
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(list(WORKER_PRELOAD))
         self.console = console or Console(stderr=True)
+        # The resource tracker, multiprocessing's helper process for the
+        # semaphores, starts here with SIGHUP blocked for good (it blocks
+        # SIGINT and SIGTERM itself): a hangup reaches the process group, and
+        # a tracker killed by it is relaunched empty, printing a traceback a
+        # semaphore.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.stop = self.context.Event()
         self.run_dir = Path(tempfile.mkdtemp(prefix="c128a-fuzz-"))
         self.run_dir_lost = False  # deleted during the run, and made again
@@ -220,8 +233,11 @@ class Supervisor:
         # during its start-up is no traceback. The fork server, started by
         # the first spawn, inherits the mask and passes it on to every worker
         # it forks; here the signals are only held for the moment of the
-        # spawn, then delivered.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        # spawn, then delivered. SIGHUP stays blocked in the fork server and
+        # the workers for good (they never unblock it): a hangup reaches the
+        # whole process group, and it is the parent's to stop the run; a fork
+        # server killed by it would take every worker with it.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
         try:
             slot.process.start()
         finally:
@@ -372,7 +388,7 @@ class Supervisor:
             self.stop.set()
 
     def interrupt(self, signum: int, frame=None) -> None:
-        """SIGINT or SIGTERM: stop like the deadline does, with a short grace;
+        """SIGINT, SIGTERM or SIGHUP: stop like the deadline does, with a short grace;
         a second signal stops at once."""
         if self.interrupted is not None:
             self.grace = 0.0
@@ -484,7 +500,7 @@ class Supervisor:
     # -- the run
 
     def run(self) -> dict[str, Any]:
-        handled = (signal.SIGINT, signal.SIGTERM)
+        handled = STOP_SIGNALS
         previous = {}
         if threading.current_thread() is threading.main_thread():
             previous = {signum: signal.signal(signum, self.interrupt) for signum in handled}
@@ -600,7 +616,7 @@ class Supervisor:
         elif self.fatal or self.errors:
             exit_status = EXIT_USAGE
         elif self.interrupted is not None:
-            exit_status = 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM
+            exit_status = 128 + self.interrupted  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
         else:
             exit_status = EXIT_OK
         return {
