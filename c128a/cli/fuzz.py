@@ -26,7 +26,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="run for M minutes (fractions allowed); the default without "
                         "--max-examples is 1")
     parser.add_argument("--max-examples", type=int, metavar="N",
-                        help="stop after N examples in all (shared among the workers)")
+                        help="stop after N generated examples in all (shared among the "
+                        "workers); the properties' historical steps, run once in each worker, "
+                        "and shrinking come on top: the report's totals say how many ran")
     parser.add_argument("--max-tokens", type=int, metavar="N",
                         help="draw engine steps of up to N tokens (more requests, longer "
                         "prefill chunks; default: each property's own size, 32 for most)")

@@ -784,6 +784,14 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
     supervisor = Supervisor(config, console)
     report = supervisor.run()
     console.print(summary_table(report))
+    if config.max_examples is not None and report["totals"]["examples"] > config.max_examples:
+        # Hypothesis's max_examples bounds what it generates; a worker counts every example.
+        console.print(
+            f"examples: {report['totals']['examples']} ran for --max-examples "
+            f"{config.max_examples}, which bounds the generated ones; on top came the contract's "
+            "historical steps (each property's explicit examples, in every worker's first round "
+            "of it) and the examples that shrank a failure", markup=False, soft_wrap=True,
+        )
     for line in time_lines(report):
         console.print(line, markup=False, soft_wrap=True)
     console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
