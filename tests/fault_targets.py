@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,6 +61,26 @@ def _slowly_when_wrong(*args):
 slow_when_wrong = SimpleNamespace(build_c128a_topk_metadata=_slowly_when_wrong)
 """Wrong, after 2 s, on steps with a position >= THRESHOLD: a serving loop runs
 its passing steps fast, and shrinking its failure takes minutes."""
+
+
+TARGET_EXIT_STATUS = 3
+"""The status a fuzz worker exits with after a CUDA fault, from the target here."""
+
+
+def _exits(*args):
+    sys.exit(TARGET_EXIT_STATUS)
+
+
+exits_3 = SimpleNamespace(build_c128a_topk_metadata=_exits)
+"""A target that ends its process with ``sys.exit(3)`` on its first call."""
+
+
+def _interrupt(*args):
+    raise KeyboardInterrupt
+
+
+interrupts = SimpleNamespace(build_c128a_topk_metadata=_interrupt)
+"""A target that raises KeyboardInterrupt on its first call."""
 
 
 def _policy_with_a_bug(max_seq_len, compress_ratio, capacity, *, batch_invariant=None):

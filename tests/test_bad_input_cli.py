@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -55,6 +56,13 @@ def _on_trigger(action):
 exits = _on_trigger(lambda: os._exit(9))
 segfaults = _on_trigger(lambda: os.kill(os.getpid(), signal.SIGSEGV))
 hangs = _on_trigger(lambda: time.sleep(10**6))
+
+
+def _interrupt_always(*args):
+    raise KeyboardInterrupt
+
+
+interrupts = SimpleNamespace(build_c128a_topk_metadata=_interrupt_always)
 '''
 
 
@@ -319,8 +327,21 @@ def fuzz(tmp_path, device, *options) -> int:
         ("[fuzz]\nonly = [['views']]\n", ["fuzz.only", "must be a str, got a list"]),
         ("[fuzz]\nminutes = 'soon'\n", ["fuzz.minutes", "must be a number, got a string"]),
         ("[fuzz]\nlive = 'no'\n", ["fuzz.live", "must be a bool, got a string"]),
-        ("[fuzz]\nminutes = inf\n", ["--minutes=inf must be a finite number > 0"]),
+        # A rule broken in the file names the file and the key as written
+        # there, not a command-line option the user never typed (before:
+        # "--minutes=inf must be ...", "--max-tokens=0 must be >= 1", ...).
+        ("[fuzz]\nminutes = inf\n",
+         ["--config ", "fuzz.toml: fuzz.minutes=inf must be a finite number > 0"]),
+        ("[fuzz]\nmax-tokens = 0\n", ["fuzz.toml: fuzz.max-tokens=0 must be >= 1"]),
+        ("[fuzz]\nchunk = 0\n", ["fuzz.toml: fuzz.chunk=0 must be >= 1"]),
+        ("[fuzz]\nonly = ['nope']\n", ["fuzz.toml: fuzz.only names unknown properties nope"]),
+        ("[fuzz]\nprofile = 'nightly'\n", ["fuzz.toml: fuzz.profile='nightly' is not one of"]),
         ("[fuzz\n", ["not TOML"]),
+        # Two spellings of one option: before, both were accepted and the last won.
+        ("[fuzz]\nmax-examples = 1\nmax_examples = 500\n",
+         ["fuzz.max-examples and fuzz.max_examples set the same option", "keep one"]),
+        ("[fuzz]\nexample_timeout = 5\nexample-timeout = 9\n",
+         ["fuzz.example_timeout and fuzz.example-timeout set the same option"]),
     ],
 )
 def test_a_bad_config_file_exits_2_before_any_worker(tmp_path, capsys, c128a_device, text, words):
@@ -652,3 +673,189 @@ def test_a_replay_child_never_imports_from_the_current_folder(tmp_path, capsys, 
     out = capsys.readouterr().out
     assert not marker.exists(), "the replay's child imported rich.py from the current folder"
     assert status == EXIT_OK and "result:   PASSES now" in out
+
+
+# ---------------------------------------------------------------- G: output files, up front
+
+
+def _long_name(tmp_path: Path) -> Path:
+    """A name the folder takes (255 bytes) but its temporary sibling, longer, does not."""
+    return tmp_path / ("r" * 250 + ".json")
+
+
+def _fifo(tmp_path: Path) -> Path:
+    os.mkfifo(tmp_path / "out.fifo")
+    return tmp_path / "out.fifo"
+
+
+def _in_a_file(tmp_path: Path) -> Path:
+    (tmp_path / "a-file").write_text("x")
+    return tmp_path / "a-file" / "out.json"
+
+
+OUTPUT_PATHS = [
+    pytest.param(lambda tmp: tmp / "missing" / "out.json", "does not exist", id="folder-missing"),
+    pytest.param(_in_a_file, "is not a folder", id="folder-is-a-file"),
+    pytest.param(lambda tmp: tmp, "is a directory", id="a-directory"),
+    # Opening a FIFO to write waits for a reader: before, the run hung at its end.
+    pytest.param(_fifo, "is a named pipe (FIFO)", id="a-fifo"),
+    pytest.param(lambda tmp: Path("/proc/c128a-out.json"), "cannot be written", id="proc"),
+]
+BENCH_OUTPUTS = [
+    *[pytest.param(option, *case.values, id=f"{option}-{case.id}")
+      for option in ("--json", "--profile-out") for case in OUTPUT_PATHS],
+    # --json is written whole beside its place first: a name of 255 bytes is
+    # one its temporary file cannot have. (cProfile writes its stats in place.)
+    pytest.param("--json", _long_name, "File name too long", id="--json-name-too-long"),
+]
+
+
+@pytest.mark.parametrize("option, make_path, words", BENCH_OUTPUTS)
+def test_bench_output_files_are_checked_before_any_work(tmp_path, capsys, option, make_path,
+                                                        words):
+    """``c128a bench`` refuses an output file it could not write before it
+    measures anything: exit 2, one line naming the option, the path and the
+    rule. (Before: the throughput ran and printed, then an OSError traceback.)"""
+    path = make_path(tmp_path)
+    status = cli.main(["bench", "--throughput", "--examples", "1", "--device", "cpu",
+                       "--target", "reference", option, str(path)])
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"c128a bench: {option}={path}: ") and words in line, line
+    assert captured.out == ""  # nothing measured
+
+
+@pytest.mark.parametrize("option, words", [
+    ("--cases-dir", "--cases-dir='' is an empty path; name a folder"),
+    ("--report", "--report='' is an empty path; name a file"),
+    ("--db", "--db='' is an empty path; name a folder, redis://HOST:PORT/N, or none"),
+])
+def test_fuzz_refuses_an_empty_path(tmp_path, capsys, c128a_device, option, words, monkeypatch):
+    """An empty path is refused (exit 2, one line), not taken as the current
+    folder or, for --db, as no database. (Before: --cases-dir '' ran and
+    saved cases in the current folder; --db '' ran without a database.)"""
+    monkeypatch.chdir(tmp_path)
+    assert fuzz(tmp_path, c128a_device, "--only", "views", "--no-stateful", option, "") == (
+        EXIT_USAGE
+    )
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith("c128a fuzz: ") and words in line, line
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("value", [",", "", "views,", " , views"])
+def test_fuzz_refuses_an_empty_property_name(tmp_path, capsys, c128a_device, value):
+    """``--only`` with an empty name is refused (exit 2, one line). (Before:
+    ``--only ,`` and ``--only ''`` ran every property; ``views,`` ran views.)"""
+    assert fuzz(tmp_path, c128a_device, "--only", value) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("c128a fuzz: --only=") and "names an empty property" in line, line
+
+
+@pytest.mark.parametrize("text", ["only = ','\n", "only = []\n", "only = ['views', '']\n"])
+def test_a_config_file_with_an_empty_property_name_is_refused(tmp_path, capsys, c128a_device,
+                                                              text):
+    config = tmp_path / "fuzz.toml"
+    config.write_text("[fuzz]\n" + text)
+    assert fuzz(tmp_path, c128a_device, "--config", str(config)) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert "names an empty property" in line, line
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_bench_throughput_refuses_steps_of_no_token(capsys, value):
+    """``--max-tokens 0`` drew steps of no token (mean 0 tokens) and timed
+    nothing of the kernel's work: refused like a negative one (exit 2,
+    before any example). (Before: 0 ran and printed examples/s.)"""
+    status = cli.main(["bench", "--throughput", "--examples", "1", "--device", "cpu",
+                       "--target", "reference", "--max-tokens", value])
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE and captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"c128a bench: --max-tokens={value} must be >= 1"), line
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("target", "'no_such_module_c128a'", "(target from --config {config}: fuzz.target)"),
+    ("cases_dir", "'{a_file}'", "--config {config}: fuzz.cases_dir {a_file} is a file"),
+    ("report", "'{tmp}'", "--config {config}: fuzz.report {tmp} is a folder"),
+])
+def test_a_path_or_target_from_the_config_file_is_named_as_the_file_writes_it(
+    tmp_path, capsys, c128a_device, key, value, words
+):
+    """The target and the paths a --config file sets are named by its key when
+    refused. (Before: "(target from --target)", "--cases-dir ...", "--report ...".)"""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    config = tmp_path / "fuzz.toml"
+    names = dict(config=config, a_file=a_file, tmp=tmp_path)
+    config.write_text(f"[fuzz]\n{key} = {value.format(**names)}\n")
+    status = cli.main(["fuzz", "--device", c128a_device.type, "--config", str(config),
+                       "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live",
+                       *([] if key == "target" else ["--target", "reference"])])
+    assert status == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert words.format(**names) in line, line
+
+
+# ---------------------------------------------------------------- H: interrupts
+
+
+def _one_interrupted_line(done: subprocess.CompletedProcess, command: str) -> None:
+    assert done.returncode == 130, done
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "interrupted" in line]
+    assert line.startswith(f"c128a {command}: interrupted"), done.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["replay", "{case}", "--device", "cpu", "--target", f"{STANDIN_MODULE}:interrupts"],
+    ["bench", "--throughput", "--examples", "3", "--device", "cpu", "--target",
+     f"{STANDIN_MODULE}:interrupts", "--property", "matches_oracle"],
+], ids=["replay", "bench"])
+def test_a_target_raising_keyboard_interrupt_ends_with_one_line_and_130(tmp_path, standin,
+                                                                         command):
+    """A target raising KeyboardInterrupt: exit 130 and one line, no
+    traceback. (Before: a traceback, and the process died by SIGINT.)"""
+    path, _ = cases.write_case(make_case(property="matches_oracle", target="reference"),
+                               tmp_path)
+    done = c128a_child(*[part.format(case=path) for part in command], cwd=tmp_path)
+    _one_interrupted_line(done, command[0])
+
+
+SLOW_IMPORT_MODULE = "slow_import_c128a_test"
+
+
+def test_ctrl_c_while_fuzz_loads_its_target_ends_with_one_line_and_130(tmp_path):
+    """SIGINT while ``c128a fuzz`` imports its target (start-up, before the
+    run handles signals): exit 130 and one line. (Before: a traceback.)"""
+    marker = tmp_path / "importing"
+    (tmp_path / f"{SLOW_IMPORT_MODULE}.py").write_text(
+        "import time\nfrom pathlib import Path\n"
+        f"Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
+    python_path = os.pathsep.join(
+        filter(None, [str(tmp_path), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "c128a.cli", "fuzz", "--device", "cpu", "--target",
+         f"{SLOW_IMPORT_MODULE}:anything", "--max-examples", "1", "--workers", "1",
+         "--db", "none", "--no-live", "--cases-dir", str(tmp_path / "cases")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": python_path}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    _one_interrupted_line(subprocess.CompletedProcess(child.args, child.returncode, out, err),
+                          "fuzz")

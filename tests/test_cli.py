@@ -120,3 +120,23 @@ def test_every_fuzz_option_has_a_flag_and_a_config_key(tmp_path):
     )
     assert options.example_timeout == 5.0
     assert json.dumps(options.only)  # plain values, picklable for the workers
+
+
+def test_fuzz_says_when_more_examples_ran_than_max_examples(tmp_path, capsys, c128a_device):
+    """--max-examples bounds what Hypothesis generates; each worker's first
+    round of a property also runs its historical steps. The report counts
+    every example and the summary says why there are more. (Before: 82
+    examples for --max-examples 40 on two workers, unexplained.)"""
+    from c128a.checks import PROPERTIES
+
+    assert fuzz(tmp_path, c128a_device, "--target", "reference", "--only", "matches_oracle",
+                "--max-examples", "5", "--seed", "1",
+                "--report", str(tmp_path / "report.json")) == EXIT_OK
+    report = json.loads((tmp_path / "report.json").read_text())
+    historical = len(PROPERTIES["matches_oracle"].examples)
+    assert historical > 0
+    assert report["max_examples"] == 5
+    assert report["totals"]["examples"] == 5 + historical, report["totals"]
+    err = capsys.readouterr().err
+    assert f"examples: {5 + historical} ran for --max-examples 5" in err
+    assert "historical steps" in err

@@ -9,8 +9,10 @@ its process group reaches nobody else. Processes are followed through
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -203,11 +205,16 @@ def assert_all_ended(pids, timeout: float = 10.0) -> None:
         (signal.SIGINT, False, 130),
         (signal.SIGTERM, True, 143),
         (signal.SIGINT, True, 130),
+        # A closed terminal or SSH session: before, the parent died by the
+        # signal, with no summary and no report.
+        (signal.SIGHUP, False, 129),
+        (signal.SIGHUP, True, 129),
     ],
-    ids=["SIGTERM-parent", "SIGINT-parent", "SIGTERM-group", "SIGINT-group"],
+    ids=["SIGTERM-parent", "SIGINT-parent", "SIGTERM-group", "SIGINT-group", "SIGHUP-parent",
+         "SIGHUP-group"],
 )
 def test_a_signal_stops_the_run_like_its_deadline(fuzz_process, signum, to_group, exit_status):
-    """SIGTERM/SIGINT, to the parent or its group: report written with status
+    """SIGTERM/SIGINT/SIGHUP, to the parent or its group: report written with status
     interrupted, 128+signal (nothing found), no traceback, no process or
     temporary file left behind."""
     run = fuzz_process("--minutes", "2", "--workers", "2", "--only", "matches_reference",
@@ -269,6 +276,36 @@ def test_a_signal_to_one_worker_is_a_crash_and_the_worker_restarts(fuzz_process,
     assert named in case.failure, case.failure
     errors = run.errors()
     assert "c128a fuzz summary" in errors and "Traceback" not in errors
+
+
+def test_the_runs_temporary_folder_deleted_mid_run_is_made_again(fuzz_process):
+    """The run's temporary folder (in-flight files) is deleted, then a worker
+    dies: the supervisor makes the folder again, the restarted worker runs,
+    and the run ends by its signal with the crash counted. (Before: the
+    restarted worker could not open its in-flight file, a fatal error, and
+    the run aborted on its own.)"""
+    run = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful")
+    run.running_workers(1)
+    [folder] = run.temporary.glob("c128a-fuzz-*")
+    [first] = fuzz_workers(run)
+    shutil.rmtree(folder)
+    os.kill(first, signal.SIGKILL)  # its restart opens its in-flight file in the folder
+    wait_until(
+        lambda: run.process.poll() is not None or list(folder.glob("worker-*.json")),
+        60, f"the restarted worker running examples; stderr:\n{run.errors()}",
+    )
+    if run.process.poll() is None:
+        os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(20) == 1, run.errors()
+    report = run.report()
+    assert report["status"] == "interrupted" and report["error"] is None, report
+    assert report["totals"]["crashes"] == 1 and report["totals"]["restarts"] == 1, report
+    [entry] = report["cases"]
+    assert entry["kind"] == "crash" and "temporary folder" in entry["failure"], entry
+    errors = run.errors()
+    assert "was deleted; made again" in errors and "Traceback" not in errors
+    assert list(run.temporary.iterdir()) == []
 
 
 def test_sigkill_of_the_parent_ends_every_worker(fuzz_process):
@@ -444,6 +481,39 @@ def test_target_policy_raising_is_a_failure_with_its_blob(tmp_path, monkeypatch)
     assert cases.replay_case(case, load_target("reference"), "cpu").passed
 
 
+def test_a_target_exiting_with_status_3_on_the_cpu_is_a_crash_not_a_cuda_fault(
+    tmp_path, monkeypatch
+):
+    """``sys.exit(3)`` inside a target on the CPU: a crash case saying the
+    worker exited with status 3. (Before: "died (CUDA fault)", on a run
+    with no GPU; 3 is a worker's own status after a CUDA fault.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="fault_targets:exits_3", exitfirst=True,
+                         properties=FAULTS_SPEC)
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1 and report["totals"]["crashes"] == 1, report
+    [entry] = report["cases"]
+    case = cases.load_case(entry["path"])
+    assert case.kind == "crash" and case.batch is not None
+    assert "worker 0 died (exit 3) running this input" in case.failure, case.failure
+    assert "CUDA" not in case.failure
+
+
+def test_a_target_raising_keyboard_interrupt_is_a_crash_without_a_traceback(fuzz_process):
+    """A worker ignores SIGINT, so a KeyboardInterrupt there is the target's:
+    a crash case naming it, and no traceback. (Before: "Process
+    c128a-fuzz-0: Traceback ... KeyboardInterrupt", and "died (exit 1)".)"""
+    run = fuzz_process("--max-examples", "3", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", "--exitfirst", target="fault_targets:interrupts")
+    assert run.wait(120) == 1, run.errors()
+    report = run.report()
+    assert report["totals"]["crashes"] == 1 and report["error"] is None, report
+    [entry] = report["cases"]
+    assert "died (KeyboardInterrupt raised by the code it ran, exit 130)" in entry["failure"]
+    assert cases.load_case(entry["path"]).batch is not None
+    assert "Traceback" not in run.errors(), run.errors()
+
+
 def test_suite_fault_in_a_property_is_an_error_not_a_failure(tmp_path, monkeypatch):
     """A harness assertion inside a property is reported as the suite's error
     (exit 2), never saved as a failure of the target."""
@@ -470,6 +540,11 @@ def _a_file(tmp_path: Path) -> Path:
     return path
 
 
+def _a_fifo(tmp_path: Path) -> Path:
+    os.mkfifo(tmp_path / "report.fifo")
+    return tmp_path / "report.fifo"
+
+
 @pytest.mark.parametrize(
     "option, value, message",
     [
@@ -477,11 +552,15 @@ def _a_file(tmp_path: Path) -> Path:
         ("--cases-dir", lambda tmp: "/proc/c128a-cases", "--cases-dir"),
         ("--report", lambda tmp: "/proc/c128a-reports/report.json", "--report"),
         ("--report", lambda tmp: tmp, "--report"),
+        # The report's temporary file, beside it, would need a name over 255 bytes.
+        ("--report", lambda tmp: tmp / ("r" * 250 + ".json"), "File name too long"),
+        ("--report", lambda tmp: _a_fifo(tmp), "named pipe (FIFO), not a regular file"),
         ("--db", lambda tmp: _a_file(tmp) / "db", "--db"),
         ("--db", lambda tmp: f"redis://127.0.0.1:{_free_port()}/0", "--db"),
     ],
     ids=["cases-dir-is-a-file", "cases-dir-cannot-be-made", "report-folder-unwritable",
-         "report-is-a-folder", "db-cannot-be-made", "redis-does-not-answer"],
+         "report-is-a-folder", "report-name-too-long", "report-is-a-fifo", "db-cannot-be-made",
+         "redis-does-not-answer"],
 )
 def test_bad_path_is_refused_before_any_worker_starts(
     tmp_path, capsys, c128a_device, option, value, message
@@ -492,7 +571,7 @@ def test_bad_path_is_refused_before_any_worker_starts(
     arguments[option] = str(value(tmp_path))
     command = ["fuzz", "--target", "reference", "--device", c128a_device.type,
                "--max-examples", "5", "--workers", "1", "--no-live", "--properties", FAULTS_SPEC,
-               "--no-stateful"]
+               "--no-stateful", "--only", "matches_reference"]  # a run would exit 0
     for name, given in arguments.items():
         command += [name, given]
     assert cli.main(command) == 2
@@ -517,6 +596,81 @@ def test_case_that_cannot_be_written_mid_run_is_kept_in_the_report(tmp_path, mon
     kept = cases.Case.from_json(entry["case"])
     assert kept.batch is not None and kept.property == "loses_cases_dir"
     assert "NOT WRITTEN" in capsys.readouterr().err
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real full filesystem: a 64 KiB tmpfs holding a ``cases`` folder and a
+    file that took every free byte. Creating a file there still works (the
+    run's start-up checks pass, as they would on a disk that fills during
+    the run); writing one byte into it fails with ENOSPC."""
+    mount_point = tmp_path / "full"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        (mount_point / "cases").mkdir()
+        filler = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(filler, b"x" * 4096)
+        finally:
+            os.close(filler)
+        assert full.value.errno == errno.ENOSPC
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _between(text: str, title: str) -> str:
+    """The JSON a BEGIN/END block of that title holds."""
+    begin = text.index(f"----- BEGIN {title}")
+    start = text.index("\n", begin) + 1
+    return text[start:text.index(f"----- END {title} -----", start)]
+
+
+def test_a_full_disk_holding_the_cases_and_the_report_loses_no_finding(
+    tmp_path, monkeypatch, capsys, full_disk
+):
+    """The cases folder and the report on one full disk (ENOSPC): the case
+    reaches stderr whole, marked, as JSON a person can save and replay.
+    (Before: "NOT WRITTEN" with the failure's first line, then "could not
+    write the report": the case's input was lost.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="test_fuzz:lens_mutant", properties=FAULTS_SPEC,
+                         max_examples=300, exitfirst=True, cases_dir=str(full_disk / "cases"),
+                         report=str(full_disk / "report.json"))
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1, report
+    errors = capsys.readouterr().err
+    assert "could not write the report" in errors and "No space left on device" in errors
+    assert not (full_disk / "report.json").exists()
+    kept = json.loads(_between(errors, "c128a report cases that could not be written"))
+    assert kept == report["cases"] and len(kept) >= 1
+    for entry in kept:
+        assert "No space left on device" in entry["not_written"]
+        case = cases.Case.from_json(entry["case"])
+        assert case.batch is not None and case.property == "matches_reference"
+        assert not cases.replay_case(case, lens_mutant, "cpu", properties=FAULT_PROPERTIES).passed
+
+
+def test_a_case_the_disk_refuses_reaches_stderr_whole(tmp_path, monkeypatch, capsys, full_disk):
+    """Only the cases folder is full; the report is written elsewhere: the
+    unwritten case is printed whole too, not its first line alone."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="test_fuzz:lens_mutant", properties=FAULTS_SPEC,
+                         max_examples=300, exitfirst=True, cases_dir=str(full_disk / "cases"))
+    report = fuzz.run_fuzz(config)
+    assert report["exit_status"] == 1, report
+    errors = capsys.readouterr().err
+    [entry] = [e for e in json.loads(Path(config.report).read_text())["cases"]
+               if e.get("not_written")]
+    block = _between(errors, "c128a case that could not be written")
+    printed = cases.Case.from_json(json.loads(block))
+    assert printed.to_json() == entry["case"] and printed.batch is not None
 
 
 # ---------------------------------------------------------------- cases on disk

@@ -12,10 +12,13 @@ which is reported on one line before any work starts where it can be.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
 from . import bench, fuzz, mutants, reach, replay, sanitize
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 SUBCOMMANDS = {
     "fuzz": (fuzz, "run the property suite and the serving-loop machine for a time"),
@@ -45,4 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"c128a {args.command}: {exc}", file=sys.stderr)
     except HarnessError as exc:
         print(f"c128a {args.command}: the suite itself failed: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        # Ctrl-C before a subcommand handles SIGINT itself (loading the
+        # target, starting workers), or a target raising KeyboardInterrupt:
+        # one line and the shell's status for SIGINT, never a traceback.
+        print(f"c128a {args.command}: interrupted (Ctrl-C, or KeyboardInterrupt raised by the "
+              "target)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_USAGE

@@ -5,13 +5,14 @@ clocks), or measure how fast one property runs (``--throughput``, CPU or GPU).""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
+from pathlib import Path
 
 import torch
 
 from ..failures import EXIT_FAILED, EXIT_OK, ContractViolation, UsageError, failure_text
+from ..runners.cases import atomic_write_json, output_file_problem
 from ..runners.throughput import print_throughput, run_throughput
 from .common import add_device_argument, add_padding_rows_argument, choose_device, load
 
@@ -91,7 +92,21 @@ def check_graph_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--graph-replays={args.graph_replays} must be >= 1")
 
 
+def check_output_files(args: argparse.Namespace) -> None:
+    """``--json`` and ``--profile-out`` checked before any work: each is
+    written only at the end, after minutes of it."""
+    # --json is written whole (atomic_write_json); cProfile writes its stats in place.
+    for option, path, atomic in (("--json", args.json, True),
+                                 ("--profile-out", args.profile_out, False)):
+        if path is None:
+            continue
+        problem = "is empty; name a file" if not path else output_file_problem(path, atomic=atomic)
+        if problem is not None:
+            raise UsageError(f"{option}={path}: {problem}")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_output_files(args)
     if args.throughput:
         if args.vllm_release is not None:
             raise UsageError(
@@ -118,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
     bench.print_report(report)
     rows = bench.summary_rows(report)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**report, "summary": rows}, f, indent=2)
+        atomic_write_json(Path(args.json), {**report, "summary": rows})
         print(f"saved {args.json}")
     return EXIT_OK if all(row["exact"] for row in rows) else EXIT_FAILED
 
@@ -129,8 +143,12 @@ def _run_throughput(args: argparse.Namespace) -> int:
         raise UsageError(f"--seconds={args.seconds} must be a finite number > 0")
     if args.examples is not None and args.examples <= 0:
         raise UsageError(f"--examples={args.examples} must be > 0")
-    if args.max_tokens < 0:
-        raise UsageError(f"--max-tokens={args.max_tokens} must be >= 0")
+    if args.max_tokens < 1:
+        # 0 draws steps of no token at all (mean 0 tokens): nothing of the kernel's work.
+        raise UsageError(
+            f"--max-tokens={args.max_tokens} must be >= 1: a step of 0 tokens has nothing to "
+            "build (as c128a fuzz --max-tokens)"
+        )
     device_name = choose_device(args.device)
     target, _ = load(args.target, padding_rows=args.padding_rows)
     if device_name == "cpu":
@@ -153,7 +171,6 @@ def _run_throughput(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print_throughput(report)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+        atomic_write_json(Path(args.json), report)
         print(f"saved {args.json}")
     return EXIT_OK

@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from ..runners.cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
 from ..runners.fuzz import DEFAULT_DB, FuzzOptions, load_config_file, resolve, run_fuzz
+from ..runners.fuzz.config import CONFIG_TABLE, check_paths, cli_name
 from .common import add_target_arguments, choose_device, load
 
 
@@ -25,7 +26,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="run for M minutes (fractions allowed); the default without "
                         "--max-examples is 1")
     parser.add_argument("--max-examples", type=int, metavar="N",
-                        help="stop after N examples in all (shared among the workers)")
+                        help="stop after N generated examples in all (shared among the "
+                        "workers); the properties' historical steps, run once in each worker, "
+                        "and shrinking come on top: the report's totals say how many ran")
     parser.add_argument("--max-tokens", type=int, metavar="N",
                         help="draw engine steps of up to N tokens (more requests, longer "
                         "prefill chunks; default: each property's own size, 32 for most)")
@@ -62,20 +65,39 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
+    # Empty names are kept: resolve() refuses them, naming the option.
+    return tuple(name.strip() for name in text.split(","))
 
 
-def options_from_args(args: argparse.Namespace) -> FuzzOptions:
-    """Each option from the command line, else the config file."""
+def options_from_args(args: argparse.Namespace, keys: dict[str, str] | None = None) -> FuzzOptions:
+    """Each option from the command line, else the config file (``keys``,
+    when given, receives the options the file set: their keys as written)."""
     given = FuzzOptions(**{f.name: getattr(args, f.name, None) for f in fields(FuzzOptions)})
     if getattr(args, "config", None):
-        return given.over(load_config_file(args.config))
+        return given.over(load_config_file(args.config, keys))
     return given
 
 
+def option_names(args: argparse.Namespace, keys: dict[str, str]):
+    """``name_of(field)`` for the run's messages: an option the command line
+    left to the ``--config`` file is named as the file writes it, where the
+    user will look for it (``--config F: fuzz.max-examples``)."""
+
+    def name_of(name: str) -> str:
+        if getattr(args, name, None) is None and name in keys:
+            return f"--config {args.config}: {CONFIG_TABLE}.{keys[name]}"
+        return cli_name(name)
+
+    return name_of
+
+
 def run(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    keys: dict[str, str] = {}
+    options = options_from_args(args, keys)
+    name_of = option_names(args, keys)
     device = choose_device(options.device)
-    target, _ = load(options.target, padding_rows=options.padding_rows)
-    config = resolve(options, target=target.spec, device=device, padding_rows=target.padding_rows)
+    target, _ = load(options.target, option=name_of("target"), padding_rows=options.padding_rows)
+    config = resolve(options, target=target.spec, device=device, padding_rows=target.padding_rows,
+                     name_of=name_of)
+    check_paths(config, name_of)  # run_fuzz checks them again, naming the CLI's options
     return int(run_fuzz(config)["exit_status"])

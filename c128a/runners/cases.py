@@ -349,6 +349,44 @@ def regular_file_problem(path: Path | str) -> str | None:
     return f"is {kind}, not a regular file; name a regular file"
 
 
+def output_file_problem(path: Path | str, *, atomic: bool = True) -> str | None:
+    """Why a file could not be written at ``path``, found before any work by
+    writing an empty probe the same way; None when it can. ``atomic``: the
+    way :func:`atomic_write_json` writes (a temporary file beside it, with a
+    longer name, renamed over it); else the file opened in place (created
+    and removed again when it was not there). ``path``'s folder must exist.
+    Something there that is not a regular file (a folder, a FIFO, a device
+    such as ``/dev/null``) is refused: the write would replace it, or wait
+    for a reader."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # nothing there: its folder says why
+        mode = None
+    except OSError as exc:
+        return f"cannot be looked up: {exc.strerror or exc}"
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = next((name for is_kind, name in FILE_KINDS if is_kind(mode)), "a special file")
+        return f"is {kind}, not a regular file; name a regular file"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"its folder {folder} does not exist (or is not a folder); create it first"
+    try:
+        if atomic:
+            handle, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+            os.close(handle)
+            os.unlink(probe)
+        elif mode is None:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.unlink(path)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))  # its content stays
+    except OSError as exc:
+        return (f"cannot be written in {folder}: {exc.strerror or exc}; name a file in a "
+                "writable folder")
+    return None
+
+
 def load_case(path: Path | str) -> Case:
     """Read and validate one case file; anything wrong with it is a
     :class:`~c128a.failures.CaseError` naming the file, the field and the rule."""

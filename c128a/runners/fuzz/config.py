@@ -24,6 +24,7 @@ from ..cases import (
     DEFAULT_MACHINE,
     DEFAULT_PROPERTIES,
     SERVING_LOOP,
+    output_file_problem,
     regular_file_problem,
 )
 from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
@@ -105,10 +106,16 @@ class FuzzConfig:
     live: bool | None = None  # None: a live display when stderr is a terminal
 
 
-def load_config_file(path: str) -> FuzzOptions:
+def cli_name(name: str) -> str:
+    """``--max-examples`` for the option ``max_examples``."""
+    return f"--{name.replace('_', '-')}"
+
+
+def load_config_file(path: str, keys: dict[str, str] | None = None) -> FuzzOptions:
     """The ``[fuzz]`` table of a TOML file, every key checked against
     :class:`FuzzOptions` (a :class:`~c128a.failures.UsageError` names the
-    file, the key and the rule)."""
+    file, the key and the rule). ``keys``, when given, receives each option
+    the file sets and its key as written there (``max-examples``)."""
     if (problem := regular_file_problem(path)) is not None:
         raise UsageError(f"--config {path}: {problem}")
     try:
@@ -132,14 +139,24 @@ def load_config_file(path: str) -> FuzzOptions:
         )
     known = {f.name: f for f in fields(FuzzOptions)}
     values: dict[str, Any] = {}
+    written, keys = keys, {}  # option -> its key as written
     for key, value in table.items():
         name = key.replace("-", "_")
         if name not in known:
             raise UsageError(
                 f"--config {path}: unknown key {CONFIG_TABLE}.{key}; known: {', '.join(known)}"
             )
+        if name in keys:
+            # TOML sees two keys; one would silently win over the other.
+            raise UsageError(
+                f"--config {path}: {CONFIG_TABLE}.{keys[name]} and {CONFIG_TABLE}.{key} set the "
+                "same option; keep one of them"
+            )
+        keys[name] = key
+        if written is not None:
+            written[name] = key
         if name == "only" and isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            value = [part.strip() for part in value.split(",")]
         try:
             values[name] = read_value(
                 type_hints(FuzzOptions)[name], value, None, f"{CONFIG_TABLE}.{key}"
@@ -171,20 +188,23 @@ def default_workers(device: str) -> tuple[int, int]:
 
 
 def resolve(
-    options: FuzzOptions, *, target: str, device: str, padding_rows: str | None = None
+    options: FuzzOptions, *, target: str, device: str, padding_rows: str | None = None,
+    name_of=cli_name,
 ) -> FuzzConfig:
     """The run's configuration from the given options (target, its
     padding-row variant and device already resolved and loaded); a
-    :class:`~c128a.failures.UsageError` for any option outside its rule."""
+    :class:`~c128a.failures.UsageError` for any option outside its rule,
+    naming the option as ``name_of(field)`` says (a ``--config`` file's key
+    for an option the file set)."""
     workers, gpus = default_workers(device)
     if options.workers is not None:
         cores = usable_cores()
         most = min(WORKERS_PER_CORE * cores, MAX_WORKERS)
         if not 1 <= options.workers <= most:
             raise UsageError(
-                f"--workers={options.workers} must be >= 1 and <= {most} ({WORKERS_PER_CORE} a "
-                f"core, {cores} cores here; never more than {MAX_WORKERS}): more only contend "
-                "for the cores"
+                f"{name_of('workers')}={options.workers} must be >= 1 and <= {most} "
+                f"({WORKERS_PER_CORE} a core, {cores} cores here; never more than {MAX_WORKERS}): "
+                "more only contend for the cores"
             )
         workers = options.workers
     for name, most, span in (("minutes", MAX_MINUTES, "a week"),
@@ -192,43 +212,57 @@ def resolve(
         value = getattr(options, name)
         if value is not None and not (value > 0 and math.isfinite(value) and value <= most):
             raise UsageError(
-                f"--{name.replace('_', '-')}={value} must be a finite number > 0 and <= {most} "
+                f"{name_of(name)}={value} must be a finite number > 0 and <= {most} "
                 f"({span})"
             )
     for name in ("max_examples", "chunk", "max_tokens"):
         value = getattr(options, name)
         if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')}={value} must be >= 1")
+            raise UsageError(f"{name_of(name)}={value} must be >= 1")
     if options.max_tokens is not None and options.max_tokens > MAX_STEP_TOKENS:
         # Whatever the strategies draw, a case must hold it.
         raise UsageError(
-            f"--max-tokens={options.max_tokens} must be <= {MAX_STEP_TOKENS}: a saved case "
-            f"holds steps of up to {MAX_BUFFER_ROWS} buffer rows (the tokens and up to "
+            f"{name_of('max_tokens')}={options.max_tokens} must be <= {MAX_STEP_TOKENS}: "
+            f"a saved case holds steps of up to {MAX_BUFFER_ROWS} buffer rows (the tokens and up to "
             f"{MAX_QUERY_TOKENS_PER_DECODE} padding tokens)"
         )
+    for name, what in (("cases_dir", "a folder"), ("report", "a file"),
+                       ("db", "a folder, redis://HOST:PORT/N, or none for no database")):
+        if getattr(options, name) == "":
+            # An empty path is the current folder to some calls and nothing to others.
+            raise UsageError(f"{name_of(name)}='' is an empty path; name {what}")
     properties = options.properties or DEFAULT_PROPERTIES
-    known = import_object(properties, "--properties")
+    known = import_object(properties, name_of("properties"))
     if not isinstance(known, dict):
-        raise UsageError(f"--properties {properties} is a {type(known).__name__}, not a dict")
+        raise UsageError(
+            f"{name_of('properties')} {properties} is a {type(known).__name__}, not a dict"
+        )
+    if options.only is not None and (not options.only or not all(options.only)):
+        # An empty --only ran every property: the opposite of what was asked.
+        raise UsageError(
+            f"{name_of('only')}={','.join(options.only)!r} names an empty property; give names "
+            f"separated by commas, e.g. --only matches_oracle,{SERVING_LOOP}"
+        )
     unknown = sorted(set(options.only or ()) - set(known) - {SERVING_LOOP})
     if unknown:
         raise UsageError(
-            f"--only names unknown properties {', '.join(unknown)}; known: "
+            f"{name_of('only')} names unknown properties {', '.join(unknown)}; known: "
             f"{', '.join([*known, SERVING_LOOP])}"
         )
     if options.machine:
-        import_object(options.machine, "--machine")
+        import_object(options.machine, name_of("machine"))
     profile = options.profile or "fuzz"
     if profile not in PROFILES:
         raise UsageError(
-            f"--profile={profile!r} is not one of {', '.join(PROFILES)} (c128a/checks/profiles.py)"
+            f"{name_of('profile')}={profile!r} is not one of {', '.join(PROFILES)} "
+            "(c128a/checks/profiles.py)"
         )
     if (options.db or "").startswith("redis://"):
         try:
             import redis  # noqa: F401
         except ImportError as exc:
             raise UsageError(
-                f"--db {options.db} needs the redis client: pip install -e '.[redis]'"
+                f"{name_of('db')} {options.db} needs the redis client: pip install -e '.[redis]'"
             ) from exc
     minutes = options.minutes
     if minutes is None and options.max_examples is None:
@@ -261,17 +295,21 @@ def _writable_folder(path: Path, option: str) -> None:
         raise UsageError(f"{option} {path} is not writable: {exc.strerror or exc}") from exc
 
 
-def check_paths(config: FuzzConfig) -> None:
+def check_paths(config: FuzzConfig, name_of=cli_name) -> None:
     """Every path of the run checked before any worker starts, each failure a
     :class:`~c128a.failures.UsageError` naming its option: the cases folder,
     the report's folder, and the example database (a folder that can be
     written, or a Redis that answers)."""
-    _writable_folder(Path(config.cases_dir), "--cases-dir")
+    _writable_folder(Path(config.cases_dir), name_of("cases_dir"))
     if config.report:
         report = Path(config.report)
         if report.is_dir():
-            raise UsageError(f"--report {report} is a folder; name a file")
-        _writable_folder(report.parent, f"--report {report}: its folder")
+            raise UsageError(f"{name_of('report')} {report} is a folder; name a file")
+        _writable_folder(report.parent, f"{name_of('report')} {report}: its folder")
+        # The report is written last, replacing what is there: found now, not
+        # after the run (a name too long for its temporary file, a FIFO).
+        if (problem := output_file_problem(report)) is not None:
+            raise UsageError(f"{name_of('report')}={report}: {problem}")
     db = config.db
     if not db or db == "none":
         return
@@ -281,6 +319,6 @@ def check_paths(config: FuzzConfig) -> None:
         try:
             redis.Redis.from_url(db, socket_connect_timeout=3, socket_timeout=3).ping()
         except (redis.RedisError, OSError, ValueError) as exc:
-            raise UsageError(f"--db {db} does not answer: {exc}") from exc
+            raise UsageError(f"{name_of('db')} {db} does not answer: {exc}") from exc
         return
-    _writable_folder(Path(db), "--db")
+    _writable_folder(Path(db), name_of("db"))

@@ -27,11 +27,13 @@ import os
 import queue as queue_module
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,24 @@ on the environment a worker is given (the kernels, decorated under
 POLL_INTERVAL_S = 0.1
 STARTUP_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
-SIGNAL_GRACE_S = 5.0  # after SIGINT or SIGTERM: the run must end promptly
+SIGNAL_GRACE_S = 5.0  # after SIGINT, SIGTERM or SIGHUP: the run must end promptly
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a run like its deadline: Ctrl-C, a kill, a closed terminal or SSH session."""
+
+
+WORKER_INTERRUPTED_EXIT = 130
+"""A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
+
+
+def run_worker(*args) -> None:
+    """A worker process: :func:`~.worker.worker_main`, except that a
+    KeyboardInterrupt ends it with :data:`WORKER_INTERRUPTED_EXIT`, not with
+    multiprocessing's traceback. A worker ignores SIGINT, so only the code it
+    runs (the target) raises one; the parent keeps the input as a crash."""
+    try:
+        worker_main(*args)
+    except KeyboardInterrupt:
+        sys.exit(WORKER_INTERRUPTED_EXIT)
 
 
 @dataclass
@@ -114,7 +133,7 @@ class _Slot:
 class Supervisor:
     """Spawns, watches and restarts workers; collects progress and cases.
 
-    A stop (the deadline, ``--exitfirst``, SIGINT or SIGTERM) asks the workers
+    A stop (the deadline, ``--exitfirst``, SIGINT, SIGTERM or SIGHUP) asks the workers
     to end after their example and waits a grace period, then kills the ones
     still running. Nothing found is lost on the way: a worker reports its
     first failing example before it starts shrinking, and that case is saved
@@ -127,8 +146,19 @@ class Supervisor:
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(list(WORKER_PRELOAD))
         self.console = console or Console(stderr=True)
+        # The resource tracker, multiprocessing's helper process for the
+        # semaphores, starts here with SIGHUP blocked for good (it blocks
+        # SIGINT and SIGTERM itself): a hangup reaches the process group, and
+        # a tracker killed by it is relaunched empty, printing a traceback a
+        # semaphore.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.stop = self.context.Event()
         self.run_dir = Path(tempfile.mkdtemp(prefix="c128a-fuzz-"))
+        self.run_dir_lost = False  # deleted during the run, and made again
         self.slots = [_Slot() for _ in range(config.workers)]
         self.stats = [WorkerStats(i) for i in range(config.workers)]
         self.labels: Counter[str] = Counter()
@@ -160,8 +190,24 @@ class Supervisor:
     def inflight_path(self, index: int) -> Path:
         return self.run_dir / f"worker-{index}.json"
 
+    def keep_run_dir(self) -> None:
+        """Make the run's temporary folder again if something deleted it (a
+        temporary-file cleaner, a hand): a worker that starts opens its
+        in-flight file there, and without the folder it could not run."""
+        if self.run_dir.is_dir():
+            return
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.run_dir_lost:
+            self.run_dir_lost = True
+            self.console.print(
+                f"the run's temporary folder {self.run_dir} was deleted; made again (the "
+                "in-flight input of a worker already running is lost until it restarts)",
+                markup=False,
+            )
+
     def spawn(self, index: int) -> None:
         slot, stats = self.slots[index], self.stats[index]
+        self.keep_run_dir()
         self.inflight_path(index).unlink(missing_ok=True)
         budget = None
         if self.budgets is not None:
@@ -176,7 +222,7 @@ class Supervisor:
         stats.gpu = gpu
         slot.channel = self.context.Queue()
         slot.process = self.context.Process(
-            target=worker_main,
+            target=run_worker,
             args=(index, slot.generation, self.config, slot.channel, self.stop,
                   str(self.inflight_path(index)), budget, gpu, os.getpid(), dict(os.environ)),
             name=f"c128a-fuzz-{index}",
@@ -187,8 +233,11 @@ class Supervisor:
         # during its start-up is no traceback. The fork server, started by
         # the first spawn, inherits the mask and passes it on to every worker
         # it forks; here the signals are only held for the moment of the
-        # spawn, then delivered.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        # spawn, then delivered. SIGHUP stays blocked in the fork server and
+        # the workers for good (they never unblock it): a hangup reaches the
+        # whole process group, and it is the parent's to stop the run; a fork
+        # server killed by it would take every worker with it.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
         try:
             slot.process.start()
         finally:
@@ -222,8 +271,10 @@ class Supervisor:
         record = self.inflight_record(index)
         self.cut_short(index, f"the worker was lost ({kind})")
         if record is None:
+            why = ("its in-flight input went with the run's temporary folder, deleted during "
+                   "the run" if self.run_dir_lost else "before its first example")
             self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
-                               "failure": message + " (before its first example)"})
+                               "failure": f"{message} ({why})"})
             return
         try:
             batch = Batch.from_json(record["batch"]) if record.get("batch") else None
@@ -337,7 +388,7 @@ class Supervisor:
             self.stop.set()
 
     def interrupt(self, signum: int, frame=None) -> None:
-        """SIGINT or SIGTERM: stop like the deadline does, with a short grace;
+        """SIGINT, SIGTERM or SIGHUP: stop like the deadline does, with a short grace;
         a second signal stops at once."""
         if self.interrupted is not None:
             self.grace = 0.0
@@ -394,8 +445,10 @@ class Supervisor:
                 return
             code = process.exitcode
             how = describe_signal(-code) if code and code < 0 else f"exit {code}"
-            if code == CUDA_FAULT_EXIT:
+            if code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
                 how = "CUDA fault"
+            elif code == WORKER_INTERRUPTED_EXIT:
+                how = f"KeyboardInterrupt raised by the code it ran, exit {code}"
             if not slot.ready:
                 # Dying before its first example is a setup problem: restarting repeats it.
                 self.fatal = f"worker {index} died during start-up ({how})"
@@ -423,6 +476,16 @@ class Supervisor:
             )
             self.restart(index)
 
+    def died_of_cuda_fault(self, index: int) -> bool:
+        """Whether worker ``index``'s exit with :data:`CUDA_FAULT_EXIT` was its
+        own, after a CUDA fault: the worker writes the fault into its in-flight
+        record before it exits. A target may exit with the same status
+        (``sys.exit(3)``, on any device): that is a crash like any other exit.
+        (Not the device alone: the worker knows a CUDA fault by its message,
+        which a target on the CPU can raise too, and which the tests plant.)"""
+        record = self.inflight_record(index)
+        return bool(record and record.get("fault"))
+
     def kill_the_rest(self) -> None:
         """The grace period is over: end the workers still running, keeping
         what each was doing."""
@@ -437,7 +500,7 @@ class Supervisor:
     # -- the run
 
     def run(self) -> dict[str, Any]:
-        handled = (signal.SIGINT, signal.SIGTERM)
+        handled = STOP_SIGNALS
         previous = {}
         if threading.current_thread() is threading.main_thread():
             previous = {signum: signal.signal(signum, self.interrupt) for signum in handled}
@@ -451,6 +514,7 @@ class Supervisor:
                 display.start()
             while True:
                 now = time.monotonic()
+                self.keep_run_dir()
                 for index in range(self.config.workers):
                     self.drain(index)
                     self.check(index, now)
@@ -552,7 +616,7 @@ class Supervisor:
         elif self.fatal or self.errors:
             exit_status = EXIT_USAGE
         elif self.interrupted is not None:
-            exit_status = 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM
+            exit_status = 128 + self.interrupted  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
         else:
             exit_status = EXIT_OK
         return {
@@ -621,6 +685,20 @@ def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> N
     where and why."""
     entry["not_written"] = f"{where}: {exc.strerror or exc}"
     entry["case"] = case.to_json()
+
+
+CASE_BLOCK = "c128a case that could not be written"
+REPORT_CASES_BLOCK = "c128a report cases that could not be written"
+
+
+def print_for_saving_by_hand(console, title: str, data: Any, how: str) -> None:
+    """``data`` whole as JSON on stderr between BEGIN and END lines, so that a
+    finding the disk refused can still be saved by hand: nothing wrapped,
+    nothing coloured."""
+    console.print(f"----- BEGIN {title} ({how}) -----", markup=False, highlight=False,
+                  soft_wrap=True)
+    console.print(json.dumps(data, indent=2), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"----- END {title} -----", markup=False, highlight=False, soft_wrap=True)
 
 
 def describe_signal(signum: int) -> str:
@@ -706,6 +784,14 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
     supervisor = Supervisor(config, console)
     report = supervisor.run()
     console.print(summary_table(report))
+    if config.max_examples is not None and report["totals"]["examples"] > config.max_examples:
+        # Hypothesis's max_examples bounds what it generates; a worker counts every example.
+        console.print(
+            f"examples: {report['totals']['examples']} ran for --max-examples "
+            f"{config.max_examples}, which bounds the generated ones; on top came the contract's "
+            "historical steps (each property's explicit examples, in every worker's first round "
+            "of it) and the examples that shrank a failure", markup=False, soft_wrap=True,
+        )
     for line in time_lines(report):
         console.print(line, markup=False, soft_wrap=True)
     console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
@@ -714,29 +800,45 @@ def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
             "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
             markup=False,
         )
+    report_problem = None
+    if config.report:
+        try:
+            atomic_write_json(Path(config.report), report)
+        except OSError as exc:
+            report_problem = f"{config.report}: {exc.strerror or exc}"
     for case in report["cases"]:
         if case["path"]:
             note = "new" if case["new"] else "already saved"
             console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
                           markup=False)
         elif case.get("not_written"):
+            where = "with the report's cases below" if report_problem else "below and in the report"
             console.print(f"{case['kind']} case NOT WRITTEN ({case['not_written']}; kept whole "
-                          f"in the report)\n  {case['failure']}", markup=False)
+                          f"{where})\n  {case['failure']}", markup=False)
         else:
             console.print(f"{case['kind']}: {case['failure']}", markup=False)
         for key in ("note", "outside_contract"):
             if case.get(key):
                 console.print(f"  {key.replace('_', ' ')}: {case[key]}", markup=False)
+        if case.get("not_written") and not report_problem:
+            print_for_saving_by_hand(
+                console, CASE_BLOCK, case["case"],
+                f"save it as {case_filename(Case.from_json(case['case']))} in a cases folder "
+                "to replay it",
+            )
     for error in report["errors"]:
         console.print(f"error of the suite itself: {error}", markup=False)
     if report["error"]:
         console.print(f"run aborted: {report['error']}", markup=False)
     if report["interrupted_by"]:
         console.print(f"run interrupted by {report['interrupted_by']}", markup=False)
-    if config.report:
-        try:
-            atomic_write_json(Path(config.report), report)
-        except OSError as exc:
-            console.print(f"could not write the report to {config.report}: "
-                          f"{exc.strerror or exc}", markup=False)
+    if report_problem:
+        # The report held the unwritten cases whole: without it they exist only here.
+        console.print(f"could not write the report to {report_problem}", markup=False)
+    if report_problem and report["cases"]:
+        print_for_saving_by_hand(
+            console, REPORT_CASES_BLOCK, report["cases"],
+            "the report's cases; an entry with \"case\" holds a case that could not be "
+            "written: save that value as a .json file to replay it",
+        )
     return report
