@@ -18,6 +18,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -109,8 +110,9 @@ class FuzzProcess:
     def __init__(self, tmp_path: Path, *options: str, target: str = "reference",
                  properties: str | None = FAULTS_SPEC, env: dict | None = None):
         self.tmp_path = tmp_path
-        self.temporary = tmp_path / "tmp"
-        self.temporary.mkdir()
+        # A short folder of its own: the fork server's socket path lives in it,
+        # and pytest's tmp_path grows past what a Unix socket allows.
+        self.temporary = Path(tempfile.mkdtemp(prefix="c128a-t", dir="/tmp"))
         self.report_path = tmp_path / "report.json"
         self.cases_dir = tmp_path / "cases"
         command = [
@@ -158,6 +160,7 @@ class FuzzProcess:
             self.process.wait()
         self.stdout.close()
         self.stderr.close()
+        shutil.rmtree(self.temporary, ignore_errors=True)
 
 
 @pytest.fixture
@@ -803,3 +806,21 @@ def test_a_stop_in_the_middle_of_a_serving_loop_round_is_no_error(tmp_path, c128
         while not channel.empty():
             messages.append(channel.get())
         assert [m for m in messages if m[0] in ("error", "failure")] == []
+
+
+def test_a_temporary_folder_too_long_for_the_fork_servers_socket_is_refused(fuzz_process,
+                                                                         tmp_path):
+    """The workers' fork server binds a Unix socket in TMPDIR: a folder past
+    Linux's path limit failed at the first spawn, after the run had started
+    (a traceback per worker, no example run). Now it is a usage error first."""
+    long_folder = Path("/tmp") / ("c128a-" + "x" * 80)
+    long_folder.mkdir(exist_ok=True)
+    try:
+        run = fuzz_process("--minutes", "0.1", "--only", "matches_reference",
+                           env={"TMPDIR": str(long_folder)})
+        assert run.wait(60) == 2
+        [line] = run.errors().splitlines()
+        assert f"the temporary folder {long_folder} is {len(str(long_folder))} bytes long" in line
+        assert "set TMPDIR to a shorter folder" in line
+    finally:
+        shutil.rmtree(long_folder, ignore_errors=True)

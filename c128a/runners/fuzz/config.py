@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 import random
 import tempfile
 import tomllib
@@ -295,12 +296,34 @@ def _writable_folder(path: Path, option: str) -> None:
         raise UsageError(f"{option} {path} is not writable: {exc.strerror or exc}") from exc
 
 
+UNIX_SOCKET_PATH_MAX = 107
+"""The longest path of a Unix socket Linux binds (sun_path's 108 bytes, one a NUL)."""
+
+FORKSERVER_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+"""What multiprocessing's fork server adds to the temporary folder for its socket."""
+
+
+def _check_socket_folder(folder: str) -> None:
+    """The workers' fork server listens on a Unix socket in the temporary
+    folder; past Linux's path limit its bind fails after the run has
+    started, so refuse such a folder now, saying which and how to fix it."""
+    longest = UNIX_SOCKET_PATH_MAX - FORKSERVER_SOCKET_SUFFIX
+    if len(os.fsencode(folder)) > longest:
+        raise UsageError(
+            f"the temporary folder {folder} is {len(os.fsencode(folder))} bytes long; the "
+            f"workers' fork server binds a Unix socket in it, which allows at most {longest}: "
+            "set TMPDIR to a shorter folder (e.g. TMPDIR=/tmp)"
+        )
+
+
 def check_paths(config: FuzzConfig, name_of=cli_name) -> None:
     """Every path of the run checked before any worker starts, each failure a
     :class:`~c128a.failures.UsageError` naming its option: the cases folder,
     the report's folder, and the example database (a folder that can be
-    written, or a Redis that answers)."""
+    written, or a Redis that answers); and the temporary folder, whose path
+    must leave room for the fork server's socket."""
     _writable_folder(Path(config.cases_dir), name_of("cases_dir"))
+    _check_socket_folder(tempfile.gettempdir())
     if config.report:
         report = Path(config.report)
         if report.is_dir():
