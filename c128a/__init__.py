@@ -9,18 +9,60 @@ kernels are decorated when imported, so choose the device first
 (:func:`use_device`; Triton's interpreter on the CPU).
 """
 
-from .contract import COMPRESS_RATIO, active_topk_width, attended_lengths, capacity_width
-from .contract import reachable_widths
-from .failures import (
-    BadArgument,
-    ContractViolation,
-    DeviceError,
-    HarnessError,
-    TargetSpecError,
-    TargetUnavailable,
-    UsageError,
-)
-from .targets import Target, load_target, resolve_spec, use_device
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Where each name of the facade lives. They are imported on first use
+# (PEP 562), so that ``import c128a.cli`` imports no torch: a Ctrl-C while
+# the command line starts up then reaches its handler, not a traceback.
+_EXPORTED_FROM = {
+    "COMPRESS_RATIO": ".contract",
+    "active_topk_width": ".contract",
+    "attended_lengths": ".contract",
+    "capacity_width": ".contract",
+    "reachable_widths": ".contract",
+    "BadArgument": ".failures",
+    "ContractViolation": ".failures",
+    "DeviceError": ".failures",
+    "HarnessError": ".failures",
+    "TargetSpecError": ".failures",
+    "TargetUnavailable": ".failures",
+    "UsageError": ".failures",
+    "Target": ".targets",
+    "load_target": ".targets",
+    "resolve_spec": ".targets",
+    "use_device": ".targets",
+}
+
+if TYPE_CHECKING:
+    from .contract import COMPRESS_RATIO, active_topk_width, attended_lengths, capacity_width
+    from .contract import reachable_widths
+    from .failures import (
+        BadArgument,
+        ContractViolation,
+        DeviceError,
+        HarnessError,
+        TargetSpecError,
+        TargetUnavailable,
+        UsageError,
+    )
+    from .targets import Target, load_target, resolve_spec, use_device
+
+
+def __getattr__(name: str):
+    module = _EXPORTED_FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTED_FROM))
+
 
 __all__ = [
     "COMPRESS_RATIO",

@@ -827,6 +827,52 @@ def test_a_target_raising_keyboard_interrupt_ends_with_one_line_and_130(tmp_path
 
 SLOW_IMPORT_MODULE = "slow_import_c128a_test"
 
+# Stalls the first import of torch (which c128a's kernels and runners need)
+# after saying so in a file, so that a real SIGINT lands in the middle of the
+# command line's start-up.
+STALL_TORCH_IMPORT = """
+import sys, time
+from pathlib import Path
+
+class StallTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            Path({marker!r}).touch()
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, StallTorch())
+"""
+
+
+def test_ctrl_c_while_the_command_line_imports_torch_ends_with_one_line_and_130(tmp_path):
+    """SIGINT while ``c128a`` imports torch, before any subcommand runs: exit
+    130 and one line. (Before: a traceback from ``import c128a.cli``.)"""
+    marker = tmp_path / "importing-torch"
+    (tmp_path / "sitecustomize.py").write_text(STALL_TORCH_IMPORT.format(marker=str(marker)))
+    python_path = os.pathsep.join(
+        filter(None, [str(tmp_path), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "c128a.cli", "fuzz", "--help"], cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": python_path}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, (out, err)
+    assert "Traceback" not in err, err
+    assert err.strip() == "c128a: interrupted (Ctrl-C) while starting", err
+
 
 def test_ctrl_c_while_fuzz_loads_its_target_ends_with_one_line_and_130(tmp_path):
     """SIGINT while ``c128a fuzz`` imports its target (start-up, before the

@@ -12,28 +12,31 @@ which is reported on one line before any work starts where it can be.
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
-from . import bench, fuzz, mutants, reach, replay, sanitize
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
+# Subcommand modules by name: they import torch, so they are imported when
+# the parser is built, inside main's handling of Ctrl-C.
 SUBCOMMANDS = {
-    "fuzz": (fuzz, "run the property suite and the serving-loop machine for a time"),
-    "replay": (replay, "rerun saved failure cases and print their diffs"),
-    "mutants": (mutants, "run the suite against every mutant; print the kill matrix"),
-    "reach": (reach, "draw each property's steps; list the input-space buckets none reached"),
-    "bench": (bench, "benchmark the kernel against the baseline (GPU), or a property's throughput"),
-    "sanitize": (sanitize, "build steps under compute-sanitizer memcheck and initcheck (GPU)"),
+    "fuzz": "run the property suite and the serving-loop machine for a time",
+    "replay": "rerun saved failure cases and print their diffs",
+    "mutants": "run the suite against every mutant; print the kill matrix",
+    "reach": "draw each property's steps; list the input-space buckets none reached",
+    "bench": "benchmark the kernel against the baseline (GPU), or a property's throughput",
+    "sanitize": "build steps under compute-sanitizer memcheck and initcheck (GPU)",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="c128a", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, summary) in SUBCOMMANDS.items():
+    for name, summary in SUBCOMMANDS.items():
+        module = importlib.import_module(f".{name}", __name__)
         sub = commands.add_parser(name, help=summary, description=summary)
         module.configure_parser(sub)
         sub.set_defaults(run=module.run)
@@ -41,7 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("c128a: interrupted (Ctrl-C) while starting", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
     except UsageError as exc:
