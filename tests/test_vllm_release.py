@@ -371,7 +371,7 @@ def test_real_release_properties(real_release, c128a_device, name):
 
 def test_a_failed_download_is_remembered_for_the_other_workers(tmp_path, monkeypatch):
     """Every worker of a run without a registry gets pip's reason at once,
-    instead of each trying pip in turn (16 xdist workers spent 80 s so on the H200)."""
+    instead of each trying pip in turn, one after another."""
     from c128a.targets import vllm_release
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
