@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-import c128a
 from c128a import cli
 from c128a.cli.fuzz import configure_parser, options_from_args
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
@@ -26,6 +25,16 @@ from c128a.runners import cases
 from c128a.runners.fuzz import FuzzOptions, load_config_file
 from c128a.targets import TARGET_ENV
 
+from helpers import (
+    a_fifo,
+    a_file,
+    child_environment,
+    cli_command,
+    importable_here_and_in_children,
+    on_trigger_source,
+    run_cli,
+    wait_until,
+)
 from test_cases import MUTANT_SPEC, PROPERTIES_SPEC, THRESHOLD, make_case
 
 INT64_RANGE = "[-9,223,372,036,854,775,808, 9,223,372,036,854,775,807]"
@@ -43,15 +52,7 @@ from types import SimpleNamespace
 
 from c128a.contract import oracle
 
-
-def _on_trigger(action):
-    def build_c128a_topk_metadata(*args):
-        if int(args[0][0]) == {THRESHOLD}:
-            action()
-        return oracle.build_c128a_topk_metadata(*args)
-
-    return SimpleNamespace(build_c128a_topk_metadata=build_c128a_topk_metadata)
-
+{on_trigger_source(THRESHOLD)}
 
 exits = _on_trigger(lambda: os._exit(9))
 segfaults = _on_trigger(lambda: os.kill(os.getpid(), signal.SIGSEGV))
@@ -82,10 +83,7 @@ def standin_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def standin(standin_dir, monkeypatch) -> Path:
     """The stand-in target importable here and in a replay's child process."""
-    monkeypatch.syspath_prepend(str(standin_dir))
-    path = os.pathsep.join(filter(None, [str(standin_dir), os.environ.get("PYTHONPATH")]))
-    monkeypatch.setenv("PYTHONPATH", path)
-    return standin_dir
+    return importable_here_and_in_children(standin_dir, monkeypatch)
 
 
 def good_file(tmp_path: Path, position: int = 5, **overrides) -> Path:
@@ -617,19 +615,6 @@ def test_outside_contract_excuses_the_width_and_capacity_only(tmp_path, capsys, 
 
 # ---------------------------------------------------------------- I: paths that are not files
 
-PACKAGE_ROOT = Path(c128a.__file__).resolve().parent.parent
-
-
-def c128a_child(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    """``python -m c128a.cli ARGS`` as a child process in ``cwd``, importing
-    this checkout's c128a; killed past ``timeout`` (TimeoutExpired: it hung)."""
-    python_path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "c128a.cli", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": python_path}, timeout=timeout,
-    )
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -646,7 +631,7 @@ def test_a_named_pipe_is_refused_at_once(tmp_path, command):
     fifo = tmp_path / "case.fifo"
     os.mkfifo(fifo)
     # Start-up takes seconds; a hang is TimeoutExpired.
-    done = c128a_child(*[part.format(fifo=fifo) for part in command], cwd=tmp_path, timeout=30)
+    done = run_cli(*[part.format(fifo=fifo) for part in command], cwd=tmp_path, timeout=30)
     assert done.returncode == EXIT_USAGE, done
     [line] = [line for line in done.stderr.splitlines() if str(fifo) in line]
     assert "is a named pipe (FIFO), not a regular file" in line
@@ -683,22 +668,12 @@ def _long_name(tmp_path: Path) -> Path:
     return tmp_path / ("r" * 250 + ".json")
 
 
-def _fifo(tmp_path: Path) -> Path:
-    os.mkfifo(tmp_path / "out.fifo")
-    return tmp_path / "out.fifo"
-
-
-def _in_a_file(tmp_path: Path) -> Path:
-    (tmp_path / "a-file").write_text("x")
-    return tmp_path / "a-file" / "out.json"
-
-
 OUTPUT_PATHS = [
     pytest.param(lambda tmp: tmp / "missing" / "out.json", "does not exist", id="folder-missing"),
-    pytest.param(_in_a_file, "is not a folder", id="folder-is-a-file"),
+    pytest.param(lambda tmp: a_file(tmp) / "out.json", "is not a folder", id="folder-is-a-file"),
     pytest.param(lambda tmp: tmp, "is a directory", id="a-directory"),
     # Opening a FIFO to write waits for a reader: before, the run hung at its end.
-    pytest.param(_fifo, "is a named pipe (FIFO)", id="a-fifo"),
+    pytest.param(lambda tmp: a_fifo(tmp, "out.fifo"), "is a named pipe (FIFO)", id="a-fifo"),
     pytest.param(lambda tmp: Path("/proc/c128a-out.json"), "cannot be written", id="proc"),
 ]
 BENCH_OUTPUTS = [
@@ -787,10 +762,8 @@ def test_a_path_or_target_from_the_config_file_is_named_as_the_file_writes_it(
 ):
     """The target and the paths a --config file sets are named by its key when
     refused. (Before: "(target from --target)", "--cases-dir ...", "--report ...".)"""
-    a_file = tmp_path / "a-file"
-    a_file.write_text("x")
     config = tmp_path / "fuzz.toml"
-    names = dict(config=config, a_file=a_file, tmp=tmp_path)
+    names = dict(config=config, a_file=a_file(tmp_path), tmp=tmp_path)
     config.write_text(f"[fuzz]\n{key} = {value.format(**names)}\n")
     status = cli.main(["fuzz", "--device", c128a_device.type, "--config", str(config),
                        "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live",
@@ -821,7 +794,7 @@ def test_a_target_raising_keyboard_interrupt_ends_with_one_line_and_130(tmp_path
     traceback. (Before: a traceback, and the process died by SIGINT.)"""
     path, _ = cases.write_case(make_case(property="matches_oracle", target="reference"),
                                tmp_path)
-    done = c128a_child(*[part.format(case=path) for part in command], cwd=tmp_path)
+    done = run_cli(*[part.format(case=path) for part in command], cwd=tmp_path)
     _one_interrupted_line(done, command[0])
 
 
@@ -882,21 +855,17 @@ def test_ctrl_c_while_fuzz_loads_its_target_ends_with_one_line_and_130(tmp_path)
         "import time\nfrom pathlib import Path\n"
         f"Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
     )
-    python_path = os.pathsep.join(
-        filter(None, [str(tmp_path), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
-    )
     child = subprocess.Popen(
-        [sys.executable, "-m", "c128a.cli", "fuzz", "--device", "cpu", "--target",
-         f"{SLOW_IMPORT_MODULE}:anything", "--max-examples", "1", "--workers", "1",
-         "--db", "none", "--no-live", "--cases-dir", str(tmp_path / "cases")],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": python_path}, stdout=subprocess.PIPE,
+        cli_command("fuzz", "--device", "cpu", "--target", f"{SLOW_IMPORT_MODULE}:anything",
+                    "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live",
+                    "--cases-dir", tmp_path / "cases"),
+        cwd=tmp_path, env=child_environment(tmp_path), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-            time.sleep(0.05)
+        wait_until(lambda: marker.exists() or child.poll() is not None, 60,
+                   "the child importing its target", interval=0.05)
+        assert child.poll() is None, child.communicate()
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)
     finally:

@@ -173,14 +173,6 @@ def bench():
     return runner
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    from c128a.targets.vllm_release import CACHE_ENV
-
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def stand_in(tmp_path, text: str):
     path = tmp_path / "sparse_mla.py"
     path.write_text(text)
@@ -272,7 +264,7 @@ def test_a_missing_release_path_is_a_usage_error_naming_it(tmp_path, capsys, c12
 
 
 def test_a_release_pip_cannot_fetch_is_a_usage_error_naming_the_version(
-    tmp_path, capsys, monkeypatch, cache, c128a_device
+    tmp_path, capsys, monkeypatch, vllm_cache, c128a_device
 ):
     links = tmp_path / "links"  # pip sees no index, only this empty folder
     links.mkdir()
@@ -287,7 +279,7 @@ def test_a_release_pip_cannot_fetch_is_a_usage_error_naming_the_version(
 
 
 def test_a_release_whose_builder_names_no_launcher_is_a_usage_error(
-    tmp_path, capsys, cache, c128a_device
+    tmp_path, capsys, vllm_cache, c128a_device
 ):
     path = stand_in(tmp_path, NO_LAUNCHER_STAND_IN)
     status = cli.main(["bench", "--device", c128a_device.type, "--vllm-release", str(path)])
@@ -299,7 +291,7 @@ def test_a_release_whose_builder_names_no_launcher_is_a_usage_error(
 
 @pytest.mark.slow
 def test_bare_launch_binds_the_builder_arguments_by_name(
-    bench, tmp_path, cache, monkeypatch, c128a_device
+    bench, tmp_path, vllm_cache, monkeypatch, c128a_device
 ):
     release = bench.load_release(str(stand_in(tmp_path, LAUNCHER_STAND_IN)))
     assert release.version == "source" and release.launch.__name__ == "LENS"
@@ -328,7 +320,8 @@ def test_bare_launch_binds_the_builder_arguments_by_name(
     release.launch.prepare(empty)()
 
 
-def test_timing_refuses_the_cpu_after_loading_the_release(tmp_path, capsys, cache, c128a_device):
+def test_timing_refuses_the_cpu_after_loading_the_release(tmp_path, capsys, vllm_cache,
+                                                          c128a_device):
     if c128a_device.type == "cuda":
         pytest.skip("the CPU's refusal: running on CUDA")
     path = stand_in(tmp_path, LAUNCHER_STAND_IN)
@@ -370,7 +363,7 @@ def test_the_timing_loop_with_fake_clocks(bench, which, tmp_path, monkeypatch, c
     if which == "real":
         release = bench.load_release(local_release())
     else:
-        request.getfixturevalue("cache")  # the stand-in's extract goes to a temporary cache
+        request.getfixturevalue("vllm_cache")  # the stand-in's extract goes to a temporary cache
         release = bench.load_release(str(stand_in(tmp_path, LAUNCHER_STAND_IN)))
     shape = tiny_shape(bench)
     calls = []

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from c128a.contract import oracle
 from c128a.failures import InvariantViolation, UsageError
 from c128a.runners import cases, fuzz
 from c128a.step import Batch, build
+from helpers import free_port
 
 PLANT_ENV = "C128A_TEST_PLANTED_MARKER"
 WIDTH = 128
@@ -400,12 +400,6 @@ def test_seeds_differ_per_worker_round_and_restart():
 # ---------------------------------------------------------------- shared Redis database
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def redis_url(tmp_path):
     server = shutil.which("redis-server")
@@ -426,7 +420,7 @@ def redis_url(tmp_path):
             pytest.fail(f"{'; '.join(missing)}: CI must run the shared-database test")
         pytest.skip("; ".join(missing))
 
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
          "--dir", str(tmp_path)],

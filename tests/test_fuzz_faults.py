@@ -10,15 +10,13 @@ its process group reaches nobody else. Processes are followed through
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,6 +28,20 @@ from c128a import cli
 from c128a.contract import oracle
 from c128a.runners import cases, fuzz
 from c128a.runners.fuzz import supervisor
+from helpers import (
+    TESTS,
+    CliProcess,
+    a_fifo,
+    a_file,
+    alive,
+    assert_all_ended,
+    descendants,
+    free_port,
+    needs_proc,
+    parents,
+    short_temporary_folder,
+    wait_until,
+)
 from fault_targets import (
     CASES_DIR_ENV,
     FAULT_PROPERTIES,
@@ -40,95 +52,32 @@ from fault_targets import (
 from test_fuzz import MACHINE_SPEC, lens_mutant, make_config, standin_machine
 
 pytestmark = [
-    pytest.mark.skipif(not Path("/proc/self/stat").exists(),
-                       reason="follows processes through /proc (Linux)"),
+    needs_proc,
     pytest.mark.slow,  # each runs real fuzz processes, most until a signal or deadline
 ]
 
-TESTS = Path(__file__).parent
 FAULTS_SPEC = "fault_targets:FAULT_PROPERTIES"
 
 
 # ---------------------------------------------------------------- processes
 
 
-def parents() -> dict[int, int]:
-    """pid -> parent pid of every process now."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            found[int(entry.name)] = int(fields[1])
-    return found
-
-
-def descendants(pid: int) -> set[int]:
-    table = parents()
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in table.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper has ended)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def ps(pids) -> str:
-    """``ps``-like lines of those still running, for a failure message."""
-    lines = []
-    for pid in sorted(pids):
-        if alive(pid):
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            lines.append(f"{pid} {command[:120]}")
-    return "\n".join(lines) or "(none)"
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"after {timeout:g} s: {what}")
-
-
-class FuzzProcess:
+class FuzzProcess(CliProcess):
     """``c128a fuzz`` as a child process in its own session, with its own
     temporary folder (so what it leaves behind can be seen)."""
 
     def __init__(self, tmp_path: Path, *options: str, target: str = "reference",
                  properties: str | None = FAULTS_SPEC, env: dict | None = None):
-        self.tmp_path = tmp_path
-        # A short folder of its own: the fork server's socket path lives in it,
-        # and pytest's tmp_path grows past what a Unix socket allows.
-        self.temporary = Path(tempfile.mkdtemp(prefix="c128a-t", dir="/tmp"))
+        # A short folder of its own: the fork server's socket path lives in it.
+        self.temporary = short_temporary_folder()
         self.report_path = tmp_path / "report.json"
         self.cases_dir = tmp_path / "cases"
-        command = [
-            sys.executable, "-m", "c128a.cli", "fuzz", "--target", target, "--device", "cpu",
-            "--seed", "1", "--no-live", "--db", str(tmp_path / "db"),
-            "--cases-dir", str(self.cases_dir), "--report", str(self.report_path),
+        super().__init__(
+            tmp_path, "fuzz", "--target", target, "--device", "cpu", "--seed", "1", "--no-live",
+            "--db", tmp_path / "db", "--cases-dir", self.cases_dir, "--report", self.report_path,
             *(["--properties", properties] if properties else []), *options,
-        ]
-        python_path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-        environment = {**os.environ, "PYTHONPATH": python_path, "TMPDIR": str(self.temporary),
-                       "TRITON_INTERPRET": "1", "COLUMNS": "200", **(env or {})}
-        self.stdout = open(tmp_path / "stdout.txt", "w+")
-        self.stderr = open(tmp_path / "stderr.txt", "w+")
-        self.process = subprocess.Popen(command, env=environment, stdout=self.stdout,
-                                        stderr=self.stderr, start_new_session=True)
-        self.pid = self.process.pid
+            path=(TESTS,), env={"TMPDIR": str(self.temporary), "COLUMNS": "200", **(env or {})},
+        )
 
     def running_workers(self, count: int, timeout: float = 120.0) -> set[int]:
         """Wait until ``count`` workers run examples (each has an in-flight
@@ -139,41 +88,19 @@ class FuzzProcess:
         )
         return descendants(self.pid)
 
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.pid, signal.SIGKILL)
-            self.process.wait()
-            raise AssertionError(f"c128a fuzz did not end within {timeout:g} s:\n{self.errors()}")
-
-    def errors(self) -> str:
-        self.stderr.flush()
-        return (self.tmp_path / "stderr.txt").read_text()
-
     def report(self) -> dict:
         return json.loads(self.report_path.read_text())
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.pid, signal.SIGKILL)
-            self.process.wait()
-        self.stdout.close()
-        self.stderr.close()
+        super().close()
         shutil.rmtree(self.temporary, ignore_errors=True)
 
 
 @pytest.fixture
-def fuzz_process(tmp_path):
-    started = []
-
-    def start(*options, **keywords) -> FuzzProcess:
-        started.append(FuzzProcess(tmp_path, *options, **keywords))
-        return started[-1]
-
-    yield start
-    for process in started:
-        process.close()
+def fuzz_process(cli_process):
+    """``fuzz_process(*options, target=..., properties=..., env=...)``: a
+    :class:`FuzzProcess`, killed at the end of the test if it still runs."""
+    return functools.partial(cli_process, kind=FuzzProcess)
 
 
 def fuzz_workers(run: FuzzProcess) -> set[int]:
@@ -191,11 +118,6 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
-
-
-def assert_all_ended(pids, timeout: float = 10.0) -> None:
-    wait_until(lambda: not any(alive(pid) for pid in pids), timeout,
-               f"processes still running:\n{ps(pids)}")
 
 
 # ---------------------------------------------------------------- signals
@@ -531,35 +453,18 @@ def test_suite_fault_in_a_property_is_an_error_not_a_failure(tmp_path, monkeypat
 # ---------------------------------------------------------------- paths
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _a_file(tmp_path: Path) -> Path:
-    path = tmp_path / "a-file"
-    path.write_text("x")
-    return path
-
-
-def _a_fifo(tmp_path: Path) -> Path:
-    os.mkfifo(tmp_path / "report.fifo")
-    return tmp_path / "report.fifo"
-
-
 @pytest.mark.parametrize(
     "option, value, message",
     [
-        ("--cases-dir", lambda tmp: _a_file(tmp), "--cases-dir"),
+        ("--cases-dir", a_file, "--cases-dir"),
         ("--cases-dir", lambda tmp: "/proc/c128a-cases", "--cases-dir"),
         ("--report", lambda tmp: "/proc/c128a-reports/report.json", "--report"),
         ("--report", lambda tmp: tmp, "--report"),
         # The report's temporary file, beside it, would need a name over 255 bytes.
         ("--report", lambda tmp: tmp / ("r" * 250 + ".json"), "File name too long"),
-        ("--report", lambda tmp: _a_fifo(tmp), "named pipe (FIFO), not a regular file"),
-        ("--db", lambda tmp: _a_file(tmp) / "db", "--db"),
-        ("--db", lambda tmp: f"redis://127.0.0.1:{_free_port()}/0", "--db"),
+        ("--report", lambda tmp: a_fifo(tmp, "report.fifo"), "named pipe (FIFO), not a regular file"),
+        ("--db", lambda tmp: a_file(tmp) / "db", "--db"),
+        ("--db", lambda tmp: f"redis://127.0.0.1:{free_port()}/0", "--db"),
     ],
     ids=["cases-dir-is-a-file", "cases-dir-cannot-be-made", "report-folder-unwritable",
          "report-is-a-folder", "report-name-too-long", "report-is-a-fifo", "db-cannot-be-made",

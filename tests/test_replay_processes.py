@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,16 +19,21 @@ import pytest
 from c128a import cli
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from c128a.runners import cases
+from helpers import (
+    alive,
+    assert_all_ended,
+    importable_here_and_in_children,
+    needs_proc,
+    on_trigger_source,
+    wait_until,
+)
 from test_cases import THRESHOLD, make_case
-from test_fuzz_faults import alive, ps, wait_until
 
 pytestmark = [
-    pytest.mark.skipif(not Path("/proc/self/stat").exists(),
-                       reason="follows processes through /proc (Linux)"),
+    needs_proc,
     pytest.mark.slow,  # each starts real replay processes, which import torch
 ]
 
-PACKAGE_ROOT = Path(cases.__file__).resolve().parents[2]
 STANDIN_MODULE = "standin_replay_processes_c128a_test"
 PIDS_ENV = "C128A_TEST_REPLAY_PIDS"
 SLOW_START_ENV = "C128A_TEST_SLOW_CHILD_START"
@@ -49,15 +52,7 @@ if "--in-process" in sys.argv and os.environ.get("{SLOW_START_ENV}"):
     # sure; only in the child, so that the test's own process does not wait.
     time.sleep({SLOW_START_S})
 
-
-def _on_trigger(action):
-    def build_c128a_topk_metadata(*args):
-        if int(args[0][0]) == {THRESHOLD}:
-            action()
-        return oracle.build_c128a_topk_metadata(*args)
-
-    return SimpleNamespace(build_c128a_topk_metadata=build_c128a_topk_metadata)
-
+{on_trigger_source(THRESHOLD)}
 
 GRANDCHILD = """
 import os, signal, sys, time
@@ -92,8 +87,7 @@ def standin(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "standin"
     folder.mkdir()
     (folder / f"{STANDIN_MODULE}.py").write_text(STANDIN_SOURCE)
-    monkeypatch.syspath_prepend(str(folder))
-    return folder
+    return importable_here_and_in_children(folder, monkeypatch)
 
 
 @pytest.fixture
@@ -123,32 +117,10 @@ def good_file(tmp_path: Path) -> Path:
     return path
 
 
-def start_replay(tmp_path: Path, standin: Path, *args, env: dict | None = None):
-    """``c128a replay ARGS`` as a process in its own session; its output in files."""
-    python_path = os.pathsep.join(
-        filter(None, [str(standin), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
-    )
-    environment = {**os.environ, "PYTHONPATH": python_path, "TRITON_INTERPRET": "1",
-                   **(env or {})}
-    stdout = open(tmp_path / "stdout.txt", "w+")
-    stderr = open(tmp_path / "stderr.txt", "w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "c128a.cli", "replay", *map(str, args), "--device", "cpu"],
-        env=environment, stdout=stdout, stderr=stderr, start_new_session=True,
-    )
-    process.output = lambda: ((tmp_path / "stdout.txt").read_text(),
-                              (tmp_path / "stderr.txt").read_text())
-    return process
-
-
-def ended_within(process, timeout: float) -> int:
-    try:
-        return process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise AssertionError(f"c128a replay did not end within {timeout:g} s: "
-                             f"{process.output()}") from None
+def start_replay(cli_process, *args, env: dict | None = None):
+    """``c128a replay ARGS`` on the CPU as a process in its own session
+    (:class:`helpers.CliProcess`); its output in files."""
+    return cli_process("replay", *args, "--device", "cpu", env=env)
 
 
 def running_pids(path: Path) -> list[int]:
@@ -158,44 +130,43 @@ def running_pids(path: Path) -> list[int]:
 # ---------------------------------------------------------------- what a replay leaves behind
 
 
-def test_a_hang_replay_killed_at_its_timeout_leaves_no_process(tmp_path, standin, replay_pids):
+def test_a_hang_replay_killed_at_its_timeout_leaves_no_process(tmp_path, standin, replay_pids,
+                                                             cli_process):
     """The target hangs after starting a process of its own: at --timeout
     the child is killed with its process group, the grandchild too (before,
     the grandchild outlived the replay)."""
-    replay = start_replay(tmp_path, standin, hang_case(tmp_path), "--target",
+    replay = start_replay(cli_process, hang_case(tmp_path), "--target",
                           f"{STANDIN_MODULE}:hangs_with_a_grandchild", "--timeout", "10",
                           env={PIDS_ENV: str(replay_pids)})
-    assert ended_within(replay, 120) == EXIT_FAILED, replay.output()
+    assert replay.wait(120) == EXIT_FAILED, replay.output()
     out, err = replay.output()
     assert "STILL HANGS: the hang case ran past --timeout=10 s" in out, (out, err)
     pids = running_pids(replay_pids)
-    wait_until(lambda: not any(alive(pid) for pid in pids), 10,
-               f"the replay's child and the target's process still running:\n{ps(pids)}")
+    assert_all_ended(pids, 10, "the replay's child and the target's process still running")
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_replay_ends_its_child_and_the_targets_process(
-    tmp_path, standin, replay_pids, signum, status
+    tmp_path, standin, replay_pids, signum, status, cli_process
 ):
     """SIGTERM or SIGINT to ``c128a replay`` while a hang case runs: passed
     on to the child's process group and waited for; the replay exits
     128 + signal and nothing of its child runs on (before, the parent died
     alone and its child ran on, seen 32 minutes later)."""
-    replay = start_replay(tmp_path, standin, hang_case(tmp_path), good_file(tmp_path),
+    replay = start_replay(cli_process, hang_case(tmp_path), good_file(tmp_path),
                           "--target", f"{STANDIN_MODULE}:hangs_with_a_grandchild",
                           env={PIDS_ENV: str(replay_pids)})
     wait_until(lambda: replay_pids.exists() and replay_pids.read_text(), 120,
                f"the hang case running in the replay's child: {replay.output()}")
     pids = running_pids(replay_pids)
     os.kill(replay.pid, signum)
-    assert ended_within(replay, 30) == status, replay.output()
+    assert replay.wait(30) == status, replay.output()
     out, err = replay.output()
     assert f"interrupted by {signal.Signals(signum).name}" in err, (out, err)
     assert "PASSES now" not in out  # no file runs after the signal
     assert "Traceback" not in err
-    wait_until(lambda: not any(alive(pid) for pid in pids), 10,
-               f"the replay's child and the target's process still running:\n{ps(pids)}")
+    assert_all_ended(pids, 10, "the replay's child and the target's process still running")
 
 
 # ---------------------------------------------------------------- --timeout
@@ -212,14 +183,14 @@ def test_replay_timeout_must_be_finite_and_positive(tmp_path, capsys, value):
     assert f"--timeout={float(value)} must be a finite number of seconds > 0" in err, err
 
 
-def test_replay_timeout_counts_from_the_start_of_the_case(tmp_path, standin):
+def test_replay_timeout_counts_from_the_start_of_the_case(tmp_path, standin, cli_process):
     """A hang case on a correct target whose child takes 8 s to start
     passes under --timeout 4: the clock starts when the child starts the
     case (before, start-up counted: PASSES never showed, STILL HANGS did)."""
-    replay = start_replay(tmp_path, standin, hang_case(tmp_path), "--target",
+    replay = start_replay(cli_process, hang_case(tmp_path), "--target",
                           f"{STANDIN_MODULE}:correct", "--timeout", "4",
                           env={SLOW_START_ENV: "1"})
-    assert ended_within(replay, 180) == EXIT_OK, replay.output()
+    assert replay.wait(180) == EXIT_OK, replay.output()
     out, err = replay.output()
     assert "result:   PASSES now" in out and "STILL HANGS" not in out, (out, err)
 
@@ -227,7 +198,8 @@ def test_replay_timeout_counts_from_the_start_of_the_case(tmp_path, standin):
 # ---------------------------------------------------------------- a crash of a failure case
 
 
-def test_a_failure_case_that_now_crashes_is_reported_and_the_next_file_runs(tmp_path, standin):
+def test_a_failure_case_that_now_crashes_is_reported_and_the_next_file_runs(tmp_path, standin,
+                                                                           cli_process):
     """A failure case whose target now aborts the process: with more than
     one case, each runs in a child, so that one is reported as crashing
     (exit 1) and the file after it still runs (before, the whole replay
@@ -236,9 +208,9 @@ def test_a_failure_case_that_now_crashes_is_reported_and_the_next_file_runs(tmp_
         make_case(property="matches_oracle", target="reference"), tmp_path / "failure"
     )
     good = good_file(tmp_path)
-    replay = start_replay(tmp_path, standin, failure, good,
+    replay = start_replay(cli_process, failure, good,
                           "--target", f"{STANDIN_MODULE}:aborts")
-    assert ended_within(replay, 180) == EXIT_FAILED, replay.output()
+    assert replay.wait(180) == EXIT_FAILED, replay.output()
     out, err = replay.output()
     crashed = f"case:     {failure}\nresult:   STILL CRASHES: its child process died of SIGABRT"
     assert crashed in out, (out, err)

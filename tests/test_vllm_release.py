@@ -126,13 +126,6 @@ def make_wheel(folder: Path, version: str, files: dict[str, str]) -> Path:
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "cache"
-    monkeypatch.setenv(CACHE_ENV, str(root))
-    return root
-
-
-@pytest.fixture
 def offline_pip(tmp_path, monkeypatch) -> Path:
     """pip sees no configuration and no index, only a local --find-links folder."""
     links = tmp_path / "links"
@@ -178,7 +171,7 @@ def small_call(device, num_decode=2):
         ("vllm-release:v0.34", "neither a vLLM release version"),
     ],
 )
-def test_bad_specs_are_spec_errors(cache, spec, message):
+def test_bad_specs_are_spec_errors(vllm_cache, spec, message):
     with pytest.raises(TargetSpecError, match=message):
         load_target(spec)
 
@@ -193,14 +186,14 @@ def test_folder_without_extract_or_wheel_is_a_spec_error(tmp_path):
         load_target(f"vllm-release:{tmp_path}")
 
 
-def test_not_a_wheel_is_a_spec_error(tmp_path, cache):
+def test_not_a_wheel_is_a_spec_error(tmp_path, vllm_cache):
     fake = tmp_path / "vllm-0.0.1-py3-none-any.whl"
     fake.write_text("not a zip")
     with pytest.raises(TargetSpecError, match="cannot read the wheel"):
         load_target(f"vllm-release:{fake}")
 
 
-def test_wheel_without_the_file_names_version_and_file(tmp_path, cache):
+def test_wheel_without_the_file_names_version_and_file(tmp_path, vllm_cache):
     wheel = make_wheel(tmp_path / "w", "0.0.1", {"vllm/other.py": "X = 1\n"})
     with pytest.raises(TargetUnavailable) as raised:
         load_target(f"vllm-release:{wheel}")
@@ -210,14 +203,14 @@ def test_wheel_without_the_file_names_version_and_file(tmp_path, cache):
     assert "build_c128a_topk_metadata" in message
 
 
-def test_file_without_the_function_names_it(tmp_path, cache):
+def test_file_without_the_function_names_it(tmp_path, vllm_cache):
     source = STAND_IN.replace("def build_c128a_topk_metadata(", "def renamed_builder(")
     wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: source})
     with pytest.raises(TargetUnavailable, match=f"vLLM 0.0.1.*{SOURCE_PATH} is there"):
         load_target(f"vllm-release:{wheel}")
 
 
-def test_names_nothing_supplies_are_reported(tmp_path, cache):
+def test_names_nothing_supplies_are_reported(tmp_path, vllm_cache):
     source = STAND_IN.replace(
         "import torch\n", "import torch\nfrom vllm.distributed import get_tp_group\n"
     ).replace("    assert max_compressed_tokens", "    get_tp_group()\n    assert max_compressed_tokens")
@@ -233,7 +226,7 @@ def test_names_nothing_supplies_are_reported(tmp_path, cache):
 # ---------------------------------------------------------------- the extract
 
 
-def test_fake_wheel_loads_and_extract_holds_only_what_is_needed(tmp_path, cache, c128a_device):
+def test_fake_wheel_loads_and_extract_holds_only_what_is_needed(tmp_path, vllm_cache, c128a_device):
     wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: STAND_IN})
     target = load_target(f"vllm-release:{wheel}")
     extract = cache_folder("0.0.1") / EXTRACT_NAME
@@ -255,14 +248,15 @@ def test_fake_wheel_loads_and_extract_holds_only_what_is_needed(tmp_path, cache,
     assert views[1].tolist() == [1, 0]
 
 
-def test_builder_found_where_a_release_moved_it(tmp_path, cache):
+def test_builder_found_where_a_release_moved_it(tmp_path, vllm_cache):
     wheel = make_wheel(tmp_path / "w", "0.0.1", {"vllm/attention/c128a.py": STAND_IN})
     load_target(f"vllm-release:{wheel}")
     text = (cache_folder("0.0.1") / EXTRACT_NAME).read_text()
     assert "# c128a-source: vllm/attention/c128a.py" in text
 
 
-def test_copied_extract_loads_without_wheel_or_registry(tmp_path, cache, offline_pip, monkeypatch):
+def test_copied_extract_loads_without_wheel_or_registry(tmp_path, vllm_cache, offline_pip,
+                                                        monkeypatch):
     """What a GPU host without a registry does: a cache folder (or the extract
     alone) copied from here."""
     wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: STAND_IN})
@@ -278,7 +272,8 @@ def test_copied_extract_loads_without_wheel_or_registry(tmp_path, cache, offline
     assert callable(load_target(f"vllm-release:{Path(copied).parent}").build_c128a_topk_metadata)
 
 
-def test_extract_of_another_format_is_rebuilt_from_the_cached_wheel(tmp_path, cache, offline_pip):
+def test_extract_of_another_format_is_rebuilt_from_the_cached_wheel(tmp_path, vllm_cache,
+                                                                    offline_pip):
     folder = cache_folder("0.0.1")
     make_wheel(folder, "0.0.1", {SOURCE_PATH: STAND_IN})
     (folder / EXTRACT_NAME).write_text("# c128a-extract-format: 0\n# c128a-vllm-version: 0.0.1\n")
@@ -286,12 +281,12 @@ def test_extract_of_another_format_is_rebuilt_from_the_cached_wheel(tmp_path, ca
     assert top_level_names(folder / EXTRACT_NAME) == NEEDED
 
 
-def test_source_file_is_extracted_into_the_cache(tmp_path, cache):
+def test_source_file_is_extracted_into_the_cache(tmp_path, vllm_cache):
     source = tmp_path / "sparse_mla.py"
     source.write_text(STAND_IN)
     target = load_target(f"vllm-release:{source}")
     assert callable(target.build_c128a_topk_metadata)
-    (extract,) = (cache / "vllm-release").glob(f"source-*/{EXTRACT_NAME}")
+    (extract,) = (vllm_cache / "vllm-release").glob(f"source-*/{EXTRACT_NAME}")
     assert top_level_names(extract) == NEEDED
 
 
@@ -305,7 +300,7 @@ def test_other_python_file_is_a_spec_error(tmp_path):
 # ---------------------------------------------------------------- pip
 
 
-def test_version_is_downloaded_with_pip_once(tmp_path, cache, offline_pip):
+def test_version_is_downloaded_with_pip_once(tmp_path, vllm_cache, offline_pip):
     make_wheel(offline_pip, "0.0.1", {SOURCE_PATH: STAND_IN})
     target = load_target("vllm-release:0.0.1")
     assert callable(target.build_c128a_topk_metadata)
@@ -318,14 +313,14 @@ def test_version_is_downloaded_with_pip_once(tmp_path, cache, offline_pip):
     assert callable(load_target("vllm-release:0.0.1").build_c128a_topk_metadata)
 
 
-def test_version_not_on_the_index_names_it(cache, offline_pip):
+def test_version_not_on_the_index_names_it(vllm_cache, offline_pip):
     make_wheel(offline_pip, "0.0.1", {SOURCE_PATH: STAND_IN})
     with pytest.raises(TargetUnavailable, match=r"vLLM 0\.0\.2: the package index has no vllm 0\.0\.2"):
         load_target("vllm-release:0.0.2")
     assert not list(cache_folder("0.0.2").glob("*.whl"))
 
 
-def test_no_network_is_unavailable(cache, monkeypatch):
+def test_no_network_is_unavailable(vllm_cache, monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
@@ -376,7 +371,7 @@ def test_real_release_properties(real_release, c128a_device, name):
 
 def test_a_failed_download_is_remembered_for_the_other_workers(tmp_path, monkeypatch):
     """Every worker of a run without a registry gets pip's reason at once,
-    instead of each trying pip in turn (16 xdist workers spent 80 s so on the H200)."""
+    instead of each trying pip in turn, one after another."""
     from c128a.targets import vllm_release
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))

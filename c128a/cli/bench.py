@@ -14,6 +14,8 @@ import torch
 from ..failures import EXIT_FAILED, EXIT_OK, ContractViolation, UsageError, failure_text
 from ..runners.cases import atomic_write_json, output_file_problem
 from ..runners.throughput import print_throughput, run_throughput
+from .. import options
+from ..options import add_to_argparse
 from .common import add_device_argument, add_padding_rows_argument, choose_device, load
 
 SHAPE_GROUPS = ("prefill", "decode", "mixed")
@@ -47,8 +49,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rep-ms", type=int, default=40, help="do_bench repetition time (ms)")
     parser.add_argument("--seed", type=int, default=0, help="seed of --throughput's examples")
     parser.add_argument("--throughput", action="store_true",
-                        help="run one property as a Hypothesis test for --seconds and report "
-                        "examples/s and where the time goes (CPU or CUDA)")
+                        help="run one property as a Hypothesis test for --seconds against "
+                        "--target and report examples/s and where the time goes (CPU or CUDA)")
     parser.add_argument("--property", default="matches_oracle",
                         help="the property --throughput runs (default matches_oracle)")
     parser.add_argument("--seconds", type=float, default=10.0,
@@ -58,8 +60,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "every run, for comparisons)")
     parser.add_argument("--max-tokens", type=int, default=512,
                         help="--throughput draws batches of up to this many tokens")
-    parser.add_argument("--target", metavar="SPEC", default=None,
-                        help="--throughput's target: triton (default), reference, vllm, MODULE:ATTR")
+    add_to_argparse(parser, options.TARGET_OPTION)  # --throughput's target
     add_padding_rows_argument(parser)
     parser.add_argument("--profile-out", metavar="FILE", default=None,
                         help="--throughput also runs cProfile, saves its stats here and prints "

@@ -7,54 +7,26 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..contract import PADDING_ROWS
+from .. import options
 from ..failures import TargetUnavailable, UsageError
-from ..targets import (
-    DEVICE_ENV,
-    PADDING_ROWS_ENV,
-    Target,
-    load_target,
-    resolve_padding_rows,
-    resolve_spec,
-    use_device,
-)
-from ..targets.specs import TARGET_ENV
+from ..options import DEVICE_ENV, add_to_argparse
+from ..targets import Target, load_target, resolve_padding_rows, resolve_spec, use_device
 
-PADDING_ROWS_OPTION = "--padding-rows"
+PADDING_ROWS_OPTION = options.PADDING_ROWS_OPTION.cli
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target",
-        metavar="SPEC",
-        default=None,
-        help=f"triton (default), triton-inert, reference, reference-inert, vllm, MODULE or "
-        f"MODULE:ATTR; falls back to ${TARGET_ENV}",
-    )
+    add_to_argparse(parser, options.TARGET_OPTION)
     add_padding_rows_argument(parser)
     add_device_argument(parser)
 
 
 def add_padding_rows_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        PADDING_ROWS_OPTION,
-        choices=PADDING_ROWS,
-        default=None,
-        help="hold the target to this padding-row variant: slots (a padding token's decode "
-        "row holds real slot ids, vLLM 0.33/0.34) or inert (the row is -1 in every column "
-        f"< W); default: ${PADDING_ROWS_ENV}, else what the target declares (slots where it "
-        "declares none)",
-    )
+    add_to_argparse(parser, options.PADDING_ROWS_OPTION)
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device",
-        choices=("cuda", "cpu"),
-        default=None,
-        help=f"default: ${DEVICE_ENV}, else CUDA when available, else the CPU under "
-        "Triton's interpreter",
-    )
+    add_to_argparse(parser, options.DEVICE_OPTION)
 
 
 def choose_device(name: str | None) -> str:

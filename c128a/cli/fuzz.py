@@ -10,8 +10,16 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from ..runners.cases import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
-from ..runners.fuzz import DEFAULT_DB, FuzzOptions, load_config_file, resolve, run_fuzz
+from .. import options
+from ..options import (
+    DEFAULT_CHUNK,
+    DEFAULT_DB,
+    DEFAULT_EXAMPLE_TIMEOUT_S,
+    DEFAULT_FUZZ_PROFILE,
+    DEFAULT_MINUTES,
+    add_to_argparse,
+)
+from ..runners.fuzz import FuzzOptions, load_config_file, resolve, run_fuzz
 from ..runners.fuzz.config import CONFIG_TABLE, check_paths, cli_name
 from .common import add_target_arguments, choose_device, load
 
@@ -24,7 +32,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--minutes", type=float, metavar="M",
                         help="run for M minutes (fractions allowed); the default without "
-                        "--max-examples is 1")
+                        f"--max-examples is {DEFAULT_MINUTES:g}")
     parser.add_argument("--max-examples", type=int, metavar="N",
                         help="stop after N generated examples in all (shared among the "
                         "workers); the properties' historical steps, run once in each worker, "
@@ -41,25 +49,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--db", metavar="PATH|redis://HOST:PORT/N",
                         help=f"Hypothesis example database (default {DEFAULT_DB}; 'none' for none)")
-    parser.add_argument("--cases-dir", metavar="DIR",
-                        help=f"where failure cases are written (default {DEFAULT_CASES_DIR})")
+    # Their defaults are FuzzConfig's: None here lets the --config file give them.
+    add_to_argparse(parser, options.CASES_DIR_OPTION, unset_is_none=True)
     parser.add_argument("--report", metavar="FILE", help="write the JSON report here")
     parser.add_argument("--example-timeout", type=float, metavar="S",
-                        help="kill and restart a worker whose example runs longer (default 300)")
+                        help="kill and restart a worker whose example runs longer "
+                        f"(default {DEFAULT_EXAMPLE_TIMEOUT_S:g})")
     parser.add_argument("-x", "--exitfirst", action="store_true", default=None,
                         help="stop at the first failure")
     parser.add_argument("--profile",
-                        help="Hypothesis profile the rounds derive from (default fuzz)")
+                        help="Hypothesis profile the rounds derive from "
+                        f"(default {DEFAULT_FUZZ_PROFILE})")
     parser.add_argument("--chunk", type=int, metavar="N",
-                        help="examples per Hypothesis round before the next property (default 25)")
+                        help="examples per Hypothesis round before the next property "
+                        f"(default {DEFAULT_CHUNK})")
     parser.add_argument("--only", metavar="NAMES", type=_names,
                         help="comma-separated properties to run (serving_loop: the machine)")
     parser.add_argument("--stateful", action=argparse.BooleanOptionalAction, default=None,
                         help="run the serving-loop machine too (default: yes)")
-    parser.add_argument("--properties", metavar="MODULE:ATTR",
-                        help=f"property mapping to fuzz (default {DEFAULT_PROPERTIES})")
-    parser.add_argument("--machine", metavar="MODULE:ATTR",
-                        help=f"serving-loop machine factory (default {DEFAULT_MACHINE})")
+    add_to_argparse(parser, options.PROPERTIES_OPTION, unset_is_none=True)
+    add_to_argparse(parser, options.MACHINE_OPTION, unset_is_none=True)
     parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
                         help="live status display (default: when stderr is a terminal)")
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError
+from .. import options
+from ..options import DEFAULT_PROPERTIES, add_to_argparse
 from ..runners.cases import (
-    DEFAULT_MACHINE,
-    DEFAULT_PROPERTIES,
     FAILS,
     PASSES,
     SERVING_LOOP,
@@ -65,10 +65,8 @@ POLL_S = 0.1
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="case file(s) to rerun")
     add_target_arguments(parser)
-    parser.add_argument("--properties", metavar="MODULE:ATTR", default=DEFAULT_PROPERTIES,
-                        help=f"property mapping the cases name (default {DEFAULT_PROPERTIES})")
-    parser.add_argument("--machine", metavar="MODULE:ATTR", default=DEFAULT_MACHINE,
-                        help=f"serving-loop machine factory (default {DEFAULT_MACHINE})")
+    add_to_argparse(parser, options.PROPERTIES_OPTION)
+    add_to_argparse(parser, options.MACHINE_OPTION)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help="seconds a crash or hang case may run in its child process, "
                         "counted from when the child starts the case (its start-up may take "

@@ -18,7 +18,9 @@ import time
 
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from ..runners import sanitizer
-from ..runners.cases import DEFAULT_CASES_DIR, new_case, write_case
+from .. import options
+from ..options import add_to_argparse
+from ..runners.cases import new_case, write_case
 from ..step import Batch
 from .common import add_padding_rows_argument, load, padding_rows_override
 
@@ -27,8 +29,7 @@ FULL_REPORTS = 2  # findings whose whole report is printed; the others give thei
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", metavar="SPEC", default=None,
-                        help="the target to build with (as for fuzz; default triton)")
+    add_to_argparse(parser, options.TARGET_OPTION)
     add_padding_rows_argument(parser)
     parser.add_argument("--tool", choices=(*sanitizer.TOOLS, "all"), default="all",
                         help="memcheck (accesses outside allocations), initcheck (reads of "
@@ -40,8 +41,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="seed of the drawn steps (default 0: the same steps every run)")
     parser.add_argument("--no-historical", action="store_true",
                         help="leave out the contract's historical steps")
-    parser.add_argument("--cases-dir", default=DEFAULT_CASES_DIR, metavar="DIR",
-                        help=f"where findings are saved as cases (default {DEFAULT_CASES_DIR})")
+    add_to_argparse(parser, options.CASES_DIR_OPTION)
     parser.add_argument("--sanitizer", default=None, metavar="PATH",
                         help=f"the compute-sanitizer binary (default ${sanitizer.SANITIZER_ENV}, "
                         "PATH, then CUDA's install folder)")

@@ -81,9 +81,9 @@ def _divmod_small(x, divisor, inverse):
 def _slot_ids(table_row, columns, active, block_size, block_shift, inverse_block_size):
     # Slot id of each column: block-table entry * B + column % B, the entry
     # read only where active. A power-of-two B (block_shift >= 0; every
-    # block size vLLM ships) takes a shift and a mask (decode 4,096 @ 128K on
-    # the H200: 6.8 against 7.5 us), any other B the float division: a
-    # runtime branch, both in the one compiled kernel.
+    # block size vLLM ships) takes a shift and a mask, faster than the
+    # division (README, "Measurements behind the code's choices"), any other
+    # B the float division: a runtime branch, both in the one compiled kernel.
     if block_shift >= 0:
         pages = tl.load(table_row + (columns >> block_shift), mask=active, other=0)
         slots = pages * block_size + (columns & (block_size - 1))
@@ -213,7 +213,8 @@ def _write_decode_row(
 ):
     # One whole decode row, WIDE_W columns a step: its position, request and
     # slot are read once, and its block-table gathers follow one another
-    # (decode 4,096 @ 1M on the H200: 54.4 against 59.1 us a run a program).
+    # (faster than a program per WIDE_W-column run: README, "Measurements
+    # behind the code's choices").
     position = tl.load(positions_ptr + token)
     length = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
     slot_id = tl.load(slot_mapping_ptr + token)
@@ -280,18 +281,17 @@ GPU_TILE = (4, 128, 1024)
 INTERPRETER_TILE = (32, 1024, 1024)
 INTERPRETING = interpreting(c128a_row_blocks_kernel)
 TILE = INTERPRETER_TILE if INTERPRETING else GPU_TILE
-# Warps of the row blocks and of the wide rows. On the H200 (GPU time, one
-# run of each): two warps are faster for row blocks (prefill 8,192 at
-# W = 256: 3.60 against 4.10 us), four for long rows (decode 4,096 @ 1M at
-# W = 8,192: 61.2 against 69.8 us; decode 512 @ 128K: 2.56 against 3.08 us).
+# Warps of the row blocks and of the wide rows: the counts that ran fastest
+# on a GPU, two for row blocks and four for long rows (README, "Measurements
+# behind the code's choices").
 NUM_WARPS = 2
 WIDE_NUM_WARPS = 4
 PROGRAMS_PER_SM = 16  # persistent programs per multiprocessor below WIDE_W; 0: one a block
 SINGLE_ROW_TOKENS_PER_SM = 4
 """Below WIDE_W, a batch of at most this many tokens per multiprocessor is
-written one row a program, one warp each (more programs in flight; prefill
-512 at W = 256 on the H200: 1.56 against 1.74 us in blocks of four rows; at
-2,048 tokens blocks are faster, 2.02 against 2.52 us)."""
+written one row a program, one warp each: more programs in flight, faster
+than blocks of four rows for small batches and slower for larger ones
+(README, "Measurements behind the code's choices")."""
 SINGLE_ROW_NUM_WARPS = 1
 MAX_REGISTERS = None  # registers per thread: the compiler's choice
 
@@ -309,7 +309,8 @@ class LaunchPlan:
     token count up to which rows go one a program, the cap on persistent
     programs, each variant's compile options, and whether its variants are
     compiled. A launch runs on every engine step; deciding these there took
-    1.4 to 2.0 us of its 20 us of host time on the H200."""
+    a noticeable share of its host time (README, "Measurements behind the
+    code's choices")."""
 
     block_t: int
     wide_w: int

@@ -12,8 +12,10 @@ import os
 
 import pytest
 
-DEVICE_ENV = "C128A_DEVICE"  # c128a.targets.DEVICE_ENV, named here so loading imports nothing
-PADDING_ROWS_OPTION = "--c128a-padding-rows"
+from c128a import options
+
+DEVICE_ENV = options.DEVICE_ENV
+PADDING_ROWS_OPTION = options.PADDING_ROWS_OPTION.pytest
 XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
 STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
@@ -28,29 +30,8 @@ _state_key = pytest.StashKey[dict]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("c128a", "C128A metadata kernel suite")
-    group.addoption(
-        "--c128a-target",
-        metavar="SPEC",
-        default=None,
-        help="implementation under test: triton (default), triton-inert, reference, "
-        "reference-inert, vllm, vllm-release:VERSION, MODULE or MODULE:ATTR; falls back to "
-        "$C128A_TARGET",
-    )
-    group.addoption(
-        PADDING_ROWS_OPTION,
-        choices=("slots", "inert"),  # c128a.contract.PADDING_ROWS
-        default=None,
-        help="hold the target to this padding-row variant: slots (a padding token's decode "
-        "row holds real slot ids, vLLM 0.33/0.34) or inert (the row is -1 in every column "
-        "< W); falls back to $C128A_PADDING_ROWS, else what the target declares",
-    )
-    group.addoption(
-        "--c128a-device",
-        choices=("cuda", "cpu"),
-        default=None,
-        help="where kernels run; default CUDA when available, else the CPU under "
-        "Triton's interpreter; falls back to $C128A_DEVICE",
-    )
+    for option in (options.TARGET_OPTION, options.PADDING_ROWS_OPTION, options.DEVICE_OPTION):
+        options.add_to_pytest(group, option)
     group.addoption(
         "--c128a-strict-sentinels",
         action="store_true",

@@ -50,7 +50,16 @@ from ..failures import UsageError
 from ..kernels import adaptive, baseline, vllm_release
 from ..kernels.compiled import compiled_variants
 from ..kernels.timing import graph_us, launch_empty, median_us
-from ..step import POISON
+from ..step import (
+    POISON,
+    Batch,
+    BatchTensors,
+    Buffers,
+    PermutedBlockTable,
+    StepRequest,
+    assemble_batch,
+    page_modulus,
+)
 from ..targets import load_target
 from ..targets.vllm_release import PREFIX as VLLM_RELEASE_PREFIX
 from ..targets.vllm_release import VERSION_KEY
@@ -128,49 +137,84 @@ SHAPES = (
 
 @dataclass
 class Inputs:
-    positions: torch.Tensor
-    token_to_req_indices: torch.Tensor
-    block_table: torch.Tensor
-    slot_mapping: torch.Tensor
-    num_decode_tokens: int
-    max_seq_len: int
+    """One benchmarked step: the :class:`~c128a.step.Batch` that
+    :func:`~c128a.step.assemble_batch` puts together for a shape, and its
+    tensor arguments on the device."""
+
+    batch: Batch
+    tensors: BatchTensors
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.tensors.positions
+
+    @property
+    def token_to_req_indices(self) -> torch.Tensor:
+        return self.tensors.token_to_req_indices
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return self.batch.num_decode_tokens
 
 
-def make_inputs(shape: Shape, device: torch.device, seed: int = 0) -> Inputs:
-    """Random, valid inputs for ``shape`` (deterministic for a seed)."""
+def make_batch(shape: Shape, seed: int = 0) -> Batch:
+    """A valid step of ``shape`` (deterministic for a seed): decode requests
+    with sequences in [context / 2, context] (the first the full context),
+    their last 8 tokens CUDA-graph padding when there are 16 or more, then
+    one prefill request; random slots, and every table row full of unique,
+    shuffled pages, as the first columns of a wider table."""
     gen = torch.Generator().manual_seed(seed)
     requests = shape.decode_requests
-    # Sequence lengths in [context / 2, context]; the first is the full context.
     seq_lens = torch.randint(shape.context // 2, shape.context + 1, (requests,), generator=gen)
     if requests:
         seq_lens[0] = shape.context
-    decode_positions = []
-    request_of_token = []
-    for r in range(requests):
-        first = int(seq_lens[r]) - shape.tokens_per_request
-        decode_positions.extend(range(first, first + shape.tokens_per_request))
-        request_of_token.extend([r] * shape.tokens_per_request)
+    slots = torch.randint(0, 1 << 24, (shape.num_tokens,), generator=gen).tolist()
+    per_request = shape.tokens_per_request
+    decode = [
+        StepRequest(
+            tuple(range(seq_len - per_request, seq_len)),
+            tuple(slots[r * per_request : (r + 1) * per_request]),
+        )
+        for r, seq_len in enumerate(seq_lens.tolist())
+    ]
     prefill_end = shape.prefill_end or shape.context
-    prefill_positions = list(range(prefill_end - shape.prefill_tokens, prefill_end))
-    positions = torch.tensor(decode_positions + prefill_positions, dtype=torch.int64)
-    # Prefill tokens belong to one more request, after the decode ones.
-    token_to_req = torch.tensor(
-        request_of_token + [requests] * shape.prefill_tokens, dtype=torch.int32
-    )
+    prefill = [
+        StepRequest(
+            tuple(range(prefill_end - shape.prefill_tokens, prefill_end)),
+            tuple(slots[shape.num_decode_tokens :]),
+        )
+    ] if shape.prefill_tokens else []
+    num_decode = shape.num_decode_tokens
+    padding = range(num_decode - 8, num_decode) if num_decode >= 16 else range(0)
     pages = -(-shape.capacity // PAGE_SIZE_ENTRIES)
-    wide = torch.randint(0, 1 << 20, (max(requests, 1), pages + TABLE_PADDING), generator=gen)
-    slot_mapping = torch.randint(0, 1 << 24, (shape.num_tokens,), generator=gen)
-    if shape.num_decode_tokens >= 16:
-        slot_mapping[shape.num_decode_tokens - 8 : shape.num_decode_tokens] = -1  # graph padding
-    wide_device = wide.to(torch.int32).to(device)
-    return Inputs(
-        positions=positions.to(device),
-        token_to_req_indices=token_to_req.to(device),
-        block_table=wide_device[:requests, :pages],
-        slot_mapping=slot_mapping.to(device),
-        num_decode_tokens=shape.num_decode_tokens,
-        max_seq_len=int(positions.max()) + 1 if positions.numel() else 0,
+    prime = page_modulus(PAGE_SIZE_ENTRIES, requests * pages)
+    scale, offset = (int(v) for v in torch.randint(1, prime, (2,), generator=gen))
+    batch = assemble_batch(
+        decode,
+        prefill,
+        block_table=PermutedBlockTable(
+            (pages,) * requests, pages, scale=scale, offset=offset, prime=prime
+        ),
+        padded_tokens={token: -1 for token in padding},
+        block_table_row_stride=pages + TABLE_PADDING,
+        block_size=PAGE_SIZE_ENTRIES,
+        max_model_len=shape.max_model_len,
+        capacity=shape.capacity,
+        width=0,  # the policy's, for the step's longest sequence (below)
+        # bench allocates its own buffers (allocate_buffers): decode and
+        # prefill rows apart, not buffer_rows of each.
+        buffer_rows=max(shape.num_tokens, 1),
     )
+    return batch.with_width(
+        policy.active_topk_width(batch.max_seq_len, COMPRESS_RATIO, shape.capacity,
+                                 batch_invariant=False)
+    )
+
+
+def make_inputs(shape: Shape, device: torch.device, seed: int = 0) -> Inputs:
+    """:func:`make_batch`'s step for ``shape`` and its tensors on ``device``."""
+    batch = make_batch(shape, seed)
+    return Inputs(batch, batch.tensors(device))
 
 
 def allocate_buffers(shape: Shape, device: torch.device):
@@ -186,20 +230,7 @@ def allocate_buffers(shape: Shape, device: torch.device):
 
 def call_arguments(inputs: Inputs, buffers, width: int) -> BuildArgs:
     """The builder's arguments for ``inputs`` into ``buffers`` at ``width``."""
-    decode, lens, prefill = buffers
-    return BuildArgs(
-        positions=inputs.positions,
-        compress_ratio=COMPRESS_RATIO,
-        num_decode_tokens=inputs.num_decode_tokens,
-        token_to_req_indices=inputs.token_to_req_indices,
-        block_table=inputs.block_table,
-        block_size=PAGE_SIZE_ENTRIES,
-        slot_mapping=inputs.slot_mapping,
-        global_decode_buffer=decode,
-        decode_lens_buffer=lens,
-        prefill_buffer=prefill,
-        max_compressed_tokens=width,
-    )
+    return inputs.batch.build_args(inputs.tensors, Buffers(*buffers), width)
 
 
 def floor_bytes(shape: Shape, inputs: Inputs, width: int) -> int:
@@ -424,9 +455,7 @@ def run_benchmark(args, device: torch.device, tiles, release: ReleaseKernel | No
     results = []
     for shape in shapes:
         inputs = make_inputs(shape, device)
-        width = policy.active_topk_width(
-            inputs.max_seq_len, COMPRESS_RATIO, shape.capacity, batch_invariant=False
-        )
+        width = inputs.batch.width
         nbytes = floor_bytes(shape, inputs, width)
         transfer_us = nbytes / copy_bandwidth * 1e6
         result = ShapeResult(

@@ -58,6 +58,7 @@ from ..contract import (
 )
 from ..failures import BadArgument, CaseError, ContractViolation, failure_text, is_kill
 from ..hypothesis_private import blob_misfit
+from ..options import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
 from ..step import Batch
 from ..step.schema import INT32, Range, from_json
 from ..targets import held_to, import_object
@@ -66,9 +67,6 @@ from . import sanitizer
 CASE_FORMAT = "c128a-case/1"
 KINDS = ("failure", "crash", "hang", "serving_loop")
 SERVING_LOOP = "serving_loop"
-DEFAULT_CASES_DIR = "tests/regressions"
-DEFAULT_PROPERTIES = "c128a.checks:PROPERTIES"
-DEFAULT_MACHINE = "c128a.replay:serving_loop_machine"
 VERSIONED_PACKAGES = ("c128a", "torch", "triton", "hypothesis")
 
 

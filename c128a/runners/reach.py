@@ -31,8 +31,7 @@ README_END = "<!-- reach:end -->"
 
 REACH_EXAMPLES = 600
 """Draws each property's strategy gets to reach every bucket: cheap (nothing
-is built; about 2 s a property on a 2-core CPU), and each rare bucket is
-drawn several times in it."""
+is built), and each rare bucket is drawn several times in it."""
 
 BUDGET_DEVICES = ("cpu", "cuda")
 """The devices whose size budgets the reach is proven for (by name: nothing

@@ -15,7 +15,8 @@ from .batch import (
     assemble_batch,
     page_modulus,
 )
-from .buffers import POISON, BufferLayout, Buffers, BuildResult, build, oracle_build
+from .buffers import POISON, BufferLayout, Buffers, BuildResult
+from .builds import build, oracle_build
 
 __all__ = [
     "MAX_BUFFER_ELEMENTS",

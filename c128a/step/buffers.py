@@ -1,24 +1,22 @@
-"""The persistent buffers, and one build of a step into them.
+"""The persistent buffers: their layout and allocation, copies to and from
+the device, and what a build returned into them (:class:`BuildResult`).
 
-:func:`build` runs a target on a step and wraps whatever the target's code
-raises as :class:`~c128a.failures.TargetRaised`; :func:`oracle_build` runs
-the oracle, whose refusal means the suite drew a step outside the contract
-(:class:`~c128a.failures.HarnessError`).
+This module knows a step only as :class:`BufferShape` describes it: the
+step (:mod:`.batch`) allocates its buffers from here, and a build
+(:mod:`.builds`) meets both, so the imports run one way
+(pyproject.toml's importlinter contracts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
 from .. import phases
-from ..contract import SLOTS, Views, write_metadata
-from ..failures import HarnessError, InvariantViolation, call_target
-
-if TYPE_CHECKING:
-    from .batch import Batch
+from ..contract import Views
+from ..failures import InvariantViolation
 
 POISON = -99
 """Fill value of every buffer before a build: anything still -99 was not written."""
@@ -45,6 +43,23 @@ class BufferLayout:
     @property
     def fresh(self) -> bool:
         return self == BufferLayout()
+
+
+class BufferShape(Protocol):
+    """What the buffers need to know of a step (a :class:`~c128a.step.Batch`
+    is one): how many rows, how wide, and where they sit."""
+
+    @property
+    def buffer_rows(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def prefill_extra_columns(self) -> int: ...
+
+    @property
+    def buffer_layout(self) -> BufferLayout: ...
 
 
 @dataclass(frozen=True)
@@ -128,7 +143,9 @@ class Buffers:
         return cls(*views, allocations=allocations, places=places)
 
     @classmethod
-    def for_batch(cls, batch: "Batch", device: torch.device | str, fill: int = POISON) -> "Buffers":
+    def for_batch(
+        cls, batch: BufferShape, device: torch.device | str, fill: int = POISON
+    ) -> "Buffers":
         """The persistent buffers ``batch`` describes, filled with ``fill``."""
         return cls.allocate(
             batch.buffer_rows,
@@ -221,12 +238,13 @@ def to_host(tensors: Sequence, *, copy: bool = False) -> list:
 
 @dataclass
 class BuildResult:
-    """What a build returned and the buffers it wrote into.
+    """What a build returned and the buffers it wrote into; ``batch`` is the
+    :class:`~c128a.step.Batch` built (:mod:`.builds` makes these).
 
     The checks read values from :meth:`on_host` (one read-back a build) and
     the views' geometry (storage, strides, device) from the result itself."""
 
-    batch: "Batch"
+    batch: Any
     width: int
     views: Views
     buffers: Buffers
@@ -259,50 +277,6 @@ def results_on_host(*results: BuildResult) -> list[BuildResult]:
             result._host = BuildResult(result.batch, result.width, views, buffers)
             result._host._host = result._host
     return [r._host for r in results]
-
-
-def build(
-    target,
-    batch: "Batch",
-    device: torch.device | str,
-    *,
-    width: int | None = None,
-    buffers: Buffers | None = None,
-) -> BuildResult:
-    """Run ``target``'s builder on ``batch`` at ``width`` (the batch's own by
-    default) into ``buffers`` (fresh, poisoned with :data:`POISON`, by
-    default). What the target raises is a :class:`~c128a.failures.TargetRaised`."""
-    width = batch.width if width is None else width
-    if buffers is None:
-        buffers = Buffers.for_batch(batch, device)
-    args = batch.build_args(batch.tensors(device), buffers, width)
-    with phases.phase("target"):
-        views = call_target(
-            "target_raised", "build_c128a_topk_metadata", target.build_c128a_topk_metadata, *args
-        )
-    return BuildResult(batch=batch, width=width, views=tuple_of_views(views), buffers=buffers)
-
-
-def oracle_build(
-    batch: "Batch", device: torch.device | str, *, width: int | None = None,
-    buffers: Buffers | None = None, padding_rows: str = SLOTS,
-) -> BuildResult:
-    """The oracle's build of ``batch`` (unchecked: steps come from the
-    strategies or from a validated case) under the ``padding_rows`` variant.
-    A refusal means the suite itself drew a step outside the contract."""
-    width = batch.width if width is None else width
-    if buffers is None:
-        buffers = Buffers.for_batch(batch, device)
-    args = batch.build_args(batch.tensors(device), buffers, width)
-    with phases.phase("oracle"):
-        try:
-            views = write_metadata(args, padding_rows)
-        except Exception as exc:
-            raise HarnessError(
-                f"the oracle could not build a step the suite drew ({type(exc).__name__}: {exc}); "
-                f"the strategies must draw steps inside the contract"
-            ) from exc
-    return BuildResult(batch=batch, width=width, views=views, buffers=buffers)
 
 
 def tuple_of_views(views) -> Views:

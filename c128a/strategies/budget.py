@@ -10,12 +10,12 @@ the full-width build of ``adaptive_equals_full`` included) stays within
 :attr:`SizeBudget.max_elements`.
 
 The device sets the budget because the device sets the price. Triton's
-interpreter pays per program: on 2 CPU cores the project's kernel takes about
-2 s for 8,192 tokens at W = 128 and 10 s for 2,048 tokens at W = 2,048, and
-vLLM's kernel (one program per token) about 11 s for 8,192 tokens. A GPU
-builds any of them in microseconds, and the host's own work (drawing, the
-oracle, comparisons) becomes the price. The profile sets how many examples
-run, so the count of engine-scale steps follows the profile.
+interpreter pays per program, so an engine-scale build on the CPU is slow,
+the more so the wider its rows, and vLLM's kernel (one program per token)
+slower than the project's (README, "Measurements behind the code's
+choices"). A GPU builds any of them at once, and the host's own work
+(drawing, the oracle, comparisons) becomes the price. The profile sets how
+many examples run, so the count of engine-scale steps follows the profile.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class SizeBudget:
 
 CPU_BUDGET = SizeBudget(engine_one_in=8, max_elements=9_216 * 128, max_tokens=9_216)
 """Under Triton's interpreter: one example in 8 at engine scale, up to 9,216
-tokens (past the engine's usual 8,192 at C = 128) and 1,179,648 elements (a
-build of about 1.5 s of the project's kernel; 1,024 tokens at C = 1,152)."""
+tokens (past the engine's usual 8,192 at C = 128) and 1,179,648 elements
+(1,024 tokens at C = 1,152: the largest build the interpreter runs without
+slowing a run down much; README, "Measurements behind the code's choices")."""
 
 GPU_BUDGET = SizeBudget(engine_one_in=8, max_elements=1 << 26)
 """On a GPU: one example in 8, up to 16,384 tokens and 8,192 x 8,192 elements

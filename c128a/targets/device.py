@@ -15,10 +15,9 @@ import sys
 import torch
 
 from ..failures import DeviceError
+from ..options import DEVICE_ENV, DEVICES
 
 INTERPRET_ENV = "TRITON_INTERPRET"
-DEVICE_ENV = "C128A_DEVICE"
-DEVICES = ("cuda", "cpu")
 KERNELS_PACKAGE = "c128a.kernels"
 
 

@@ -31,12 +31,10 @@ from collections.abc import Mapping
 
 from ..contract import check_padding_rows
 from ..failures import TargetSpecError, TargetUnavailable, UsageError, one_line
+from ..options import DEFAULT_TARGET, PADDING_ROWS_ENV, TARGET_ENV
 from .target import Target, held_to
 from .vllm_release import is_vllm_release_spec, load_vllm_release
 
-TARGET_ENV = "C128A_TARGET"
-PADDING_ROWS_ENV = "C128A_PADDING_ROWS"
-DEFAULT_TARGET = "triton"
 VLLM_MODULE = "vllm.models.deepseek_v4.sparse_mla"
 BUILTIN_TARGETS = {
     "triton": "c128a.kernels.adaptive",

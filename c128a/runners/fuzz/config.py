@@ -17,21 +17,23 @@ from typing import Any
 from ...checks.profiles import PROFILES
 from ...contract import MAX_QUERY_TOKENS_PER_DECODE, PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
+from ...options import (
+    DEFAULT_CASES_DIR,
+    DEFAULT_CHUNK,
+    DEFAULT_DB,
+    DEFAULT_EXAMPLE_TIMEOUT_S,
+    DEFAULT_FUZZ_PROFILE,
+    DEFAULT_MACHINE,
+    DEFAULT_MINUTES,
+    DEFAULT_PROPERTIES,
+    DEFAULT_TARGET,
+)
 from ...step import MAX_BUFFER_ROWS
 from ...step.schema import read_value, type_hints
 from ...targets import import_object
-from ..cases import (
-    DEFAULT_CASES_DIR,
-    DEFAULT_MACHINE,
-    DEFAULT_PROPERTIES,
-    SERVING_LOOP,
-    output_file_problem,
-    regular_file_problem,
-)
+from ..cases import SERVING_LOOP, output_file_problem, regular_file_problem
 from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
 
-DEFAULT_DB = ".hypothesis/fuzz"
-DEFAULT_MINUTES = 1.0
 CONFIG_TABLE = "fuzz"
 MAX_MINUTES = 7 * 24 * 60  # a week: longer is better run as several runs, each with its report
 MAX_EXAMPLE_TIMEOUT_S = 24 * 60 * 60  # a day: past that a stopped run would wait for it
@@ -82,7 +84,7 @@ class FuzzOptions:
 class FuzzConfig:
     """Everything a run needs; picklable, so spawned workers receive it whole."""
 
-    target: str = "triton"
+    target: str = DEFAULT_TARGET
     # The padding-row variant the workers hold the target to (None: its own).
     padding_rows: str | None = None
     device: str = "cpu"
@@ -94,10 +96,10 @@ class FuzzConfig:
     db: str = DEFAULT_DB
     cases_dir: str = DEFAULT_CASES_DIR
     report: str | None = None
-    example_timeout: float = 300.0
+    example_timeout: float = DEFAULT_EXAMPLE_TIMEOUT_S
     exitfirst: bool = False
-    profile: str = "fuzz"
-    chunk: int = 25
+    profile: str = DEFAULT_FUZZ_PROFILE
+    chunk: int = DEFAULT_CHUNK
     only: tuple[str, ...] = ()
     stateful: bool = True
     properties: str = DEFAULT_PROPERTIES
@@ -252,7 +254,7 @@ def resolve(
         )
     if options.machine:
         import_object(options.machine, name_of("machine"))
-    profile = options.profile or "fuzz"
+    profile = options.profile or DEFAULT_FUZZ_PROFILE
     if profile not in PROFILES:
         raise UsageError(
             f"{name_of('profile')}={profile!r} is not one of {', '.join(PROFILES)} "

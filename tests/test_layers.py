@@ -1,0 +1,61 @@
+"""The import contracts of pyproject.toml catch what they are there for: a
+copy of the package passes ``lint-imports``, and the same copy with the
+cycle inside ``c128a.step`` put back (for the type checker alone, as it
+was) fails it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import PACKAGE_ROOT
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+STEP_CONTRACT = "step-layers"
+CYCLE = """
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .batch import Batch
+"""
+
+pytestmark = pytest.mark.skipif(
+    not LINT_IMPORTS.exists(), reason=f"{LINT_IMPORTS} is missing: pip install -e '.[test]'"
+)
+
+
+@pytest.fixture
+def package_copy(tmp_path) -> Path:
+    shutil.copytree(PACKAGE_ROOT / "c128a", tmp_path / "c128a",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PACKAGE_ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def lint_imports(root: Path, *contracts: str) -> subprocess.CompletedProcess:
+    options = [part for contract in contracts for part in ("--contract", contract)]
+    return subprocess.run(
+        [LINT_IMPORTS, "--no-cache", *options], cwd=root, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)}, timeout=300,
+    )
+
+
+def test_the_package_copy_keeps_every_contract(package_copy):
+    done = lint_imports(package_copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_cycle_inside_the_step_for_the_type_checker_alone_breaks_its_contract(package_copy):
+    buffers = package_copy / "c128a" / "step" / "buffers.py"
+    source = buffers.read_text()
+    anchor = "from ..failures import InvariantViolation\n"
+    assert anchor in source
+    buffers.write_text(source.replace(anchor, anchor + CYCLE, 1))
+    done = lint_imports(package_copy, STEP_CONTRACT)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "c128a.step.buffers is not allowed to import c128a.step.batch" in done.stdout
