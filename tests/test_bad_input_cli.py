@@ -301,7 +301,9 @@ def test_a_hang_case_that_hangs_again_is_killed_at_the_timeout(tmp_path, capsys,
     assert status == EXIT_FAILED
     assert "result:   STILL HANGS: the hang case ran past --timeout=3 s" in out
     assert "result:   PASSES now" in out.split("STILL HANGS")[1]
-    assert seconds < 10
+    # The target would hang for days: well under a minute means it was killed.
+    # Not tighter: two child start-ups on a loaded machine took 14 s.
+    assert seconds < 60
 
 
 # ---------------------------------------------------------------- E: fuzz --config

@@ -361,14 +361,16 @@ def _must_not_run(config, console=None):
     ],
 )
 def test_an_option_out_of_its_range_is_a_usage_error_before_the_run(
-    tmp_path, capsys, monkeypatch, option, value, words
+    tmp_path, capsys, monkeypatch, c128a_device, option, value, words
 ):
     """Exit 2 with one line naming the option, the value and the range; no
     run starts (--minutes 1e308 overflowed the status line, --workers 10000
-    ended in tracebacks)."""
+    ended in tracebacks). In-process, so on the session's device: the kernels
+    are already imported for it."""
     monkeypatch.setattr("c128a.cli.fuzz.run_fuzz", _must_not_run)
     status = cli.main([
-        "fuzz", "--target", "reference", "--device", "cpu", "--no-live", "--db", "none",
+        "fuzz", "--target", "reference", "--device", c128a_device.type, "--no-live", "--db",
+        "none",
         "--cases-dir", str(tmp_path / "cases"), "--report", str(tmp_path / "r.json"),
         option, value,
     ])

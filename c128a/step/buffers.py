@@ -193,19 +193,35 @@ class Buffers:
         return self.global_decode, self.decode_lens, self.prefill
 
 
+PINNED_COPY_LIMIT_BYTES = 1 << 24
+"""Tensors up to this size cross between the host and a GPU through pinned
+memory, without a wait; larger ones through pageable memory, each copy
+waited for. torch's caching host allocator keeps every pinned block it has
+handed out (rounded up to a power of two) for reuse and never returns it, so
+engine-scale steps of many sizes grew each fuzz worker's pinned memory by
+gigabytes until the host's out-of-memory killer ended workers."""
+
+
+def through_pinned_memory(tensor: torch.Tensor) -> bool:
+    """Whether a copy of ``tensor`` to or from a GPU goes through pinned memory."""
+    return tensor.numel() * tensor.element_size() <= PINNED_COPY_LIMIT_BYTES
+
+
 def upload(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A copy of ``host`` on ``device``; to a GPU through pinned memory and
-    not waited for (a blocking copy would wait for the device, which many
-    processes share). The pinned block stays reserved until the copy is done."""
-    if torch.device(device).type == "cuda":
+    not waited for where it is small (a blocking copy would wait for the
+    device, which many processes share). The pinned block stays reserved
+    until the copy is done."""
+    if torch.device(device).type == "cuda" and through_pinned_memory(host):
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device, copy=True)
 
 
 def copy_into(destination: torch.Tensor, source: torch.Tensor) -> None:
     """``source`` copied into ``destination`` in place; from the host to a GPU
-    through pinned memory and not waited for, as :func:`upload`."""
-    if destination.device.type == "cuda" and source.device.type == "cpu":
+    through pinned memory and not waited for where it is small, as :func:`upload`."""
+    if (destination.device.type == "cuda" and source.device.type == "cpu"
+            and through_pinned_memory(source)):
         destination.copy_(source.pin_memory(), non_blocking=True)
     else:
         destination.copy_(source)
@@ -213,8 +229,9 @@ def copy_into(destination: torch.Tensor, source: torch.Tensor) -> None:
 
 @phases.measured("readback")
 def to_host(tensors: Sequence, *, copy: bool = False) -> list:
-    """``tensors`` on the host, in order: every device-to-host copy queued at
-    once and waited for with one synchronisation. On a GPU shared by many
+    """``tensors`` on the host, in order: every small device-to-host copy
+    queued at once and waited for with one synchronisation (a large one is
+    waited for on its own: :data:`PINNED_COPY_LIMIT_BYTES`). On a GPU shared by many
     processes each synchronisation waits for the device to come round to this
     process, so the checks read a build back once and compare on the host.
     Host tensors are returned as they are (copied with ``copy``); anything
@@ -225,7 +242,7 @@ def to_host(tensors: Sequence, *, copy: bool = False) -> list:
             out.append(tensor)
         elif tensor.device.type == "cpu":
             out.append(tensor.clone() if copy else tensor)
-        elif tensor.device.type == "cuda":
+        elif tensor.device.type == "cuda" and through_pinned_memory(tensor):
             # Lands in pinned memory, asynchronously; read only after the wait.
             out.append(tensor.to("cpu", non_blocking=True))
             waits.add(tensor.device)
