@@ -221,16 +221,21 @@ def test_replay_command_runs_the_other_files_past_a_malformed_one(tmp_path, caps
 
 @pytest.mark.slow
 def test_regression_tests_isolate_a_malformed_file(pytester):
-    """tests/test_regressions.py on a folder with one good and one broken case."""
-    source = (Path(__file__).parent / "test_regressions.py").read_text()
-    pytester.makepyfile(test_regressions=source)
-    folder = pytester.mkdir("regressions")
+    """The conformance suite's case replay on a folder of one's own
+    (--c128a-cases) with one good and one broken case."""
+    folder = pytester.mkdir("my-cases")
     good = make_case(property="matches_oracle", target="reference")
     cases.write_case(good, folder)
     broken = good.to_json()
     del broken["batch"]["capacity"]
     (folder / "broken.json").write_text(json.dumps(broken))
 
-    result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=reference")
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*broken.json*field 'batch.capacity': missing*"])
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "c128a.conformance.test_regressions", "--c128a-cases", "my-cases",
+        "--c128a-device=cpu", "--c128a-target=reference", "-k", "my-cases",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "c128a regression cases: 3 in the package, 2 in my-cases",
+        "*my-cases/broken.json*field 'batch.capacity': missing*",
+    ])

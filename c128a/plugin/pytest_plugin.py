@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+pytest_plugins = ("c128a.plugin.conformance_options",)  # --c128a-cases, --c128a-known-failures
+
 DEVICE_ENV = "C128A_DEVICE"  # c128a.targets.DEVICE_ENV, named here so loading imports nothing
 PADDING_ROWS_OPTION = "--c128a-padding-rows"
 XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
@@ -19,7 +21,8 @@ STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
-    "slow: long-running (the mutant matrix, child processes, real faults, sanitizer runs); "
+    "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
+    "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",
 )
 

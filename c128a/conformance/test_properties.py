@@ -16,7 +16,9 @@ from c128a.step import Buffers
 from c128a.strategies import HISTORICAL_BATCHES, batches, max_model_lens
 
 
-@pytest.mark.parametrize("name", list(PROPERTIES))
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=pytest.mark.conformance(name)) for name in PROPERTIES]
+)
 def test_property(c128a_target, c128a_device, name):
     prop = PROPERTIES[name]
     reason = prop.unsupported(c128a_target)
@@ -38,6 +40,7 @@ def engine_steps(c128a_target):
     return serving_steps(c128a_target)
 
 
+@pytest.mark.conformance("persistent_buffers")
 def test_check_step_with_persistent_buffers(c128a_target, c128a_device, engine_steps):
     """Each step overwrites only its own region of the previous steps' buffers."""
 
