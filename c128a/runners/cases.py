@@ -5,7 +5,7 @@ property, the target it failed on and the padding-row variant it was held
 to, the concrete inputs (a :class:`~c128a.step.Batch` as plain lists), plus
 the seed, Hypothesis's reproduce blob, versions and the failure message for
 the reader. JSON only, never pickle: a case is read by people and checked
-into ``tests/regressions``.
+into a cases folder (the kept ones: ``c128a/conformance/regressions``).
 Its schema is the :class:`Case` dataclass itself (:mod:`c128a.step.schema`).
 
 Kinds: ``failure`` (a property's check raised; the shrunk example, or the
@@ -66,7 +66,7 @@ from . import sanitizer
 CASE_FORMAT = "c128a-case/1"
 KINDS = ("failure", "crash", "hang", "serving_loop")
 SERVING_LOOP = "serving_loop"
-DEFAULT_CASES_DIR = "tests/regressions"
+DEFAULT_CASES_DIR = "c128a-cases"  # in the folder c128a runs in; a kernel repository commits it
 DEFAULT_PROPERTIES = "c128a.checks:PROPERTIES"
 DEFAULT_MACHINE = "c128a.replay:serving_loop_machine"
 VERSIONED_PACKAGES = ("c128a", "torch", "triton", "hypothesis")
