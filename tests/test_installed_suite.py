@@ -126,6 +126,7 @@ def _a_mutant_fails_with_the_invariant_and_its_diff(installed):
     assert "[matches_oracle] prefill_buffer row" in out or "[matches_oracle] global_decode" in out
     assert "expected [" in out and "actual   [" in out
     assert "rerun: c128a replay " in out and "matches_oracle-b839eb151f69.json" in out
+    assert "case file: " in out  # a property's failing step, saved
     failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
     assert len(failed) >= len(PACKED_FAILS), out
 
