@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.installed, pytest.mark.slow]
 CHECKOUT = Path(__file__).resolve().parents[1]
 PACKED = "c128a.mutants:packed_stride"
 # The whole package suite but the long checks (the serving loop's state
-# machine; the sanitizer and recompile checks skip without a GPU anyway).
-SELECTION = ["-m", "not slow", "--hypothesis-profile=ci"]
+# machine; the sanitizer and recompile checks skip without a GPU anyway), with
+# --strict-markers: the plugin registers every marker the package uses.
+SELECTION = ["-m", "not slow", "--hypothesis-profile=ci", "--strict-markers"]
 # What packed_stride fails in that selection: the kill matrix's row, the
 # steps into one set of buffers, the replay and the two kept cases found on it.
 PACKED_FAILS = {
