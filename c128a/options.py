@@ -26,7 +26,7 @@ DEVICES = ("cuda", "cpu")
 
 DEFAULT_DB = ".hypothesis/fuzz"
 DEFAULT_MINUTES = 1.0
-DEFAULT_CASES_DIR = "tests/regressions"
+DEFAULT_CASES_DIR = "c128a-cases"  # in the folder c128a runs in; a kernel repository commits it
 DEFAULT_PROPERTIES = "c128a.checks:PROPERTIES"
 DEFAULT_MACHINE = "c128a.replay:serving_loop_machine"
 DEFAULT_EXAMPLE_TIMEOUT_S = 300.0

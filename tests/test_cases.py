@@ -221,16 +221,50 @@ def test_replay_command_runs_the_other_files_past_a_malformed_one(tmp_path, caps
 
 @pytest.mark.slow
 def test_regression_tests_isolate_a_malformed_file(pytester):
-    """tests/test_regressions.py on a folder with one good and one broken case."""
-    source = (Path(__file__).parent / "test_regressions.py").read_text()
-    pytester.makepyfile(test_regressions=source)
-    folder = pytester.mkdir("regressions")
+    """The conformance suite's case replay on a folder of one's own
+    (--c128a-cases) with one good and one broken case."""
+    folder = pytester.mkdir("my-cases")
     good = make_case(property="matches_oracle", target="reference")
     cases.write_case(good, folder)
     broken = good.to_json()
     del broken["batch"]["capacity"]
     (folder / "broken.json").write_text(json.dumps(broken))
 
-    result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=reference")
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*broken.json*field 'batch.capacity': missing*"])
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "c128a.conformance.test_regressions", "--c128a-cases", "my-cases",
+        "--c128a-device=cpu", "--c128a-target=reference", "-k", "my-cases",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "c128a regression cases: 3 in the package, 2 in my-cases",
+        "*my-cases/broken.json*field 'batch.capacity': missing*",
+    ])
+
+
+def test_a_failing_conformance_property_saves_the_step_it_reports(tmp_path, c128a_device):
+    """What c128a/conformance/test_properties.py prints below a diff: the
+    case file of the reported step, which replays to the same diff."""
+    from hypothesis import settings
+
+    from c128a.checks import PROPERTIES
+    from c128a.conformance.saved_failures import FailingSteps, save_failure
+    from c128a.failures import ContractViolation
+    from c128a.targets import load_target
+
+    spec = "c128a.mutants:packed_stride"
+    target = load_target(spec)
+    steps = FailingSteps()
+    with pytest.raises(ContractViolation) as raised:
+        PROPERTIES["views"].test(target, c128a_device, around=steps,
+                                 settings=settings(max_examples=5, database=None))()
+    batch = steps.step_of(raised.value)
+    assert batch is not None
+    note = save_failure(raised.value, batch, "views", target, c128a_device, tmp_path)
+    [path] = tmp_path.glob("views-*.json")
+    assert note.splitlines() == [
+        f"case file: {path}",
+        f"rerun: c128a replay {path} --target {spec} --device {c128a_device.type}",
+    ]
+    outcome = cases.replay_case(cases.load_case(path), target, c128a_device)
+    assert not outcome.passed
+    assert str(raised.value).splitlines()[0] in outcome.report

@@ -330,7 +330,7 @@ def test_config_file_fills_in_what_the_command_line_leaves_out(tmp_path):
     assert options.db == "nightly-db"
     assert options.seed == 9  # the command line wins
     resolved = fuzz.resolve(options, target="reference", device="cpu")
-    assert resolved.cases_dir == "tests/regressions" and resolved.minutes == 480
+    assert resolved.cases_dir == "c128a-cases" and resolved.minutes == 480
 
 
 def test_config_file_with_an_unknown_key_names_it(tmp_path):

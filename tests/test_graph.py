@@ -1,9 +1,12 @@
 """The CUDA-graph replay harness: captured consumers against the oracle consumer.
 
-Replay tests carry the ``graph`` marker (``pytest -m graph``); on the CPU they
-run the emulation (views frozen with ``as_strided``), on a CUDA device the
-same tests capture real CUDA graphs. Tests marked ``cuda`` as well force the
-real graph and compare it with the emulation.
+The harness's units, the mutants the replay must catch and the opt-in
+stale-sentinel hazard; the selected target's replay is in
+:mod:`c128a.conformance.test_replay`. Replay tests carry the ``graph`` marker
+(``pytest -m graph``); on the CPU they run the emulation (views frozen with
+``as_strided``), on a CUDA device the same tests capture real CUDA graphs.
+Tests marked ``cuda`` as well force the real graph and compare it with the
+emulation.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import dataclasses
 import pytest
 import torch
 
-from c128a.contract import COMPRESS_RATIO
 from c128a.failures import BadArgument, ReplayMismatch, StaleSentinelHazard
 from c128a.plugin.pytest_plugin import resolve_strict_sentinels
 from c128a.replay import (
@@ -26,79 +28,21 @@ from c128a.replay import (
     padded_size,
     sentinel_lengths,
 )
+from c128a.replay.scenarios import (
+    LONG_MODEL_LEN,
+    R,
+    SCENARIOS,
+    SMALL_MODEL_LEN,
+    harness_for,
+    run_scenario,
+    step,
+    top_of_band,
+)
 from c128a.step import Batch
 from c128a.targets import load_target
 
-R = COMPRESS_RATIO
-SMALL_MODEL_LEN = 81_920  # capacity 640: widths 128, 256, 512, 640
-LONG_MODEL_LEN = 1_048_576  # capacity 8192
-NUM_PAGES = 8192
 PACKED = "c128a.mutants:packed_stride"
 SPILL = "c128a.mutants:spill_past_width"
-
-
-def harness_for(target, device, max_model_len=SMALL_MODEL_LEN, **options) -> ReplayHarness:
-    return ReplayHarness(
-        target,
-        device,
-        max_model_len=max_model_len,
-        kv_slots=2 * NUM_PAGES,
-        capture_limit=8,
-        **options,
-    )
-
-
-def step(harness: ReplayHarness, decode=(), prefill=()) -> Batch:
-    """A padded step: ``decode`` is (request, position) per decode token (decode
-    tokens of one request must be adjacent), ``prefill`` the prefill positions.
-    Request r owns pages 1000 * r + k (distinct across requests)."""
-    requests = list(dict.fromkeys(request for request, _ in decode))
-    positions = [p for _, p in decode] + list(prefill)
-    pages = -(-(max(positions) + 1) // 256)
-    table = tuple(
-        tuple((1000 * r + k) % NUM_PAGES for k in range(pages)) for r in requests
-    )
-    batch = Batch(
-        positions=tuple(positions),
-        num_decode_tokens=len(decode),
-        token_to_req_indices=tuple(requests.index(r) for r, _ in decode) + (0,) * len(prefill),
-        block_table=table,
-        slot_mapping=tuple(positions),
-        max_model_len=harness.max_model_len,
-        capacity=harness.capacity,
-        width=harness.target.active_topk_width(max(positions) + 1, R, harness.capacity),
-        buffer_rows=harness.rows,
-    )
-    return harness.pad(batch)
-
-
-def top_of_band(width: int) -> int:
-    """The position whose list is exactly ``width`` entries long: n(t) == W."""
-    return width * R - 1
-
-
-# Step sequences, each step (decode, prefill). All run after capture at W = C.
-SCENARIOS = {
-    "decode rows below capacity": [([(0, 300), (1, 1000), (2, 20000)], [])],
-    "mixed decode and prefill": [([(0, 16000), (1, 5000)], [40000, 40001, 200])],
-    "speculative tokens of one request": [([(0, p) for p in range(30000, 30008)], [])],
-    "width up then down": [
-        ([(0, 100)], []),
-        ([(0, 101), (1, SMALL_MODEL_LEN - 2)], []),
-        ([(0, 102), (2, 20000), (3, 9000)], [700]),
-    ],
-    # n(t) == W == 128 < W_capture: no -1 before W (the stale-sentinel hazard,
-    # which --c128a-strict-sentinels turns into a failure).
-    "a row exactly W long": [([(0, 128 * R - 1), (1, 5000)], [])],
-    "padding tokens and stale rows": [
-        ([(0, 60000), (1, 60000), (2, 60000)], [60000] * 5),
-        ([(0, 1000)], [300]),
-    ],
-}
-
-
-def run_scenario(harness: ReplayHarness, steps) -> list:
-    return [harness.run_step(step(harness, decode, prefill)) for decode, prefill in steps]
 
 
 # --- units ------------------------------------------------------------------
@@ -195,36 +139,6 @@ def test_harness_refuses_an_unpadded_batch(c128a_device):
         harness.run_step(unpadded)
 
 
-# --- replay of the selected target ------------------------------------------------
-
-
-@pytest.mark.graph
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_replay_matches_oracle_consumer(
-    c128a_target, c128a_device, c128a_strict_sentinels, scenario
-):
-    harness = harness_for(c128a_target, c128a_device, strict_sentinels=c128a_strict_sentinels)
-    outcomes = run_scenario(harness, SCENARIOS[scenario])
-    assert [o.step for o in outcomes] == list(range(1, len(outcomes) + 1))
-
-
-@pytest.mark.graph
-def test_replay_at_full_context_capacity(c128a_target, c128a_device, c128a_strict_sentinels):
-    """Capacity 8192 (1M context): W drops from the capture's 8192 to 128 and back."""
-    harness = harness_for(
-        c128a_target, c128a_device, LONG_MODEL_LEN, strict_sentinels=c128a_strict_sentinels
-    )
-    outcomes = run_scenario(
-        harness,
-        [
-            ([(0, 1000), (1, 2000)], [5000]),
-            ([(0, LONG_MODEL_LEN - 2), (1, 2001)], []),
-            ([(0, 300_000), (1, 2002), (2, 2003)], [200]),
-        ],
-    )
-    assert [o.width for o in outcomes] == [128, 8192, 4096]
-
-
 # --- the mutants fail the replay -------------------------------------------------
 
 
@@ -311,14 +225,6 @@ def replay_failure(harness: ReplayHarness, steps) -> str | None:
     except ReplayMismatch as exc:
         return str(exc)
     return None
-
-
-@pytest.mark.graph
-@pytest.mark.cuda
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_cuda_graph_replay_matches_oracle_consumer(c128a_target, c128a_device, scenario):
-    harness = harness_for(c128a_target, c128a_device, LONG_MODEL_LEN, mode="cuda")
-    run_scenario(harness, SCENARIOS[scenario])
 
 
 @pytest.mark.graph

@@ -1,6 +1,6 @@
 """history_independent: its prior contents replay from the saved step alone,
 stay inside the contract, and its diff names the prior content that exposed
-a difference. (The property itself runs in tests/test_properties.py, its
+a difference. (The property itself runs in c128a/conformance/test_properties.py, its
 mutant in tests/test_mutants.py.)"""
 
 from __future__ import annotations

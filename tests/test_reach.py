@@ -50,7 +50,7 @@ def test_property_reaches_every_bucket(name, device):
 
 
 def test_the_ci_profile_reaches_every_bucket():
-    """The draws of the ci profile itself (those ``tests/test_properties.py``
+    """The draws of the ci profile itself (those ``c128a/conformance/test_properties.py``
     makes in CI, the historical steps included) reach, over all properties,
     every bucket the interpreter's budget allows: a CI run shows each one."""
     drawn = ci_profile_reach(PROPERTIES, "cpu")

@@ -3,7 +3,9 @@ width the policy can produce, token count, row stride or block-table stride
 makes Triton compile the kernel again (the bug that hung one tensor-parallel
 rank in a compile at >524K context).
 
-On CUDA the compiled-variant cache is counted directly; the same sweep
+On CUDA the compiled-variant cache is counted directly
+(:mod:`c128a.checks.recompiles`; the selected target's sweep is
+:mod:`c128a.conformance.test_recompiles`); the same sweep
 against ``c128a.kernels.mutants:width_specialised`` (width as ``tl.constexpr``)
 must grow it. On the CPU, where the interpreter compiles nothing, the kernel's
 signature is checked instead, and the mutant is shown to be exact in values,
@@ -19,12 +21,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from c128a.contract import BuildArgs, policy
+from c128a.checks.recompiles import (
+    BLOCK_SIZE,
+    CAPACITY,
+    ROWS,
+    compiled_variants_around_sweep,
+    launch_arguments,
+)
+from c128a.contract import policy
 from c128a.step import Batch, build
-
-CAPACITY = 8192  # 1M context
-BLOCK_SIZE = 2
-ROWS = 1024
 
 
 def _kernel_and_launch(name: str):
@@ -36,63 +41,6 @@ def _kernel_and_launch(name: str):
     from c128a.kernels.mutants import width_specialised
 
     return width_specialised.jit_functions, width_specialised.launch
-
-
-def _launch_arguments(device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table):
-    """Valid arguments for ``launch``: positions spread over [0, W * R + R)."""
-    num_tokens = num_decode + num_prefill
-    span = min(width * policy.COMPRESS_RATIO, table.shape[1] * BLOCK_SIZE * policy.COMPRESS_RATIO)
-    index = torch.arange(num_tokens, dtype=torch.int64, device=device)
-    positions = (index * 7919 + width) % (span + policy.COMPRESS_RATIO - 1)
-    requests = (torch.arange(num_tokens, device=device) % max(table.shape[0], 1)).to(torch.int32)
-    slot_mapping = torch.where(index % 5 == 4, -1, index)
-    lens = torch.empty(ROWS, dtype=torch.int32, device=device)
-    return BuildArgs(
-        positions, policy.COMPRESS_RATIO, num_decode, requests, table, BLOCK_SIZE,
-        slot_mapping, decode_buffer, lens, prefill_buffer, width,
-    )
-
-
-def compiled_variants_around_sweep(
-    jit_functions, launch, device: torch.device, warm_up=None
-) -> tuple[int, int]:
-    """Warm the kernel once at the largest width (with ``warm_up``, ``launch``
-    by default), then ``launch`` it (a :class:`~c128a.contract.BuildArgs`
-    callable) at every reachable width with varied token counts, buffer row
-    strides and block-table strides: (variants of ``jit_functions`` after
-    warm-up, after the sweep)."""
-    from c128a.kernels.compiled import compiled_variant_count
-
-    def variants() -> int:
-        return sum(compiled_variant_count(f, device) for f in jit_functions)
-
-    pages = CAPACITY // BLOCK_SIZE
-    dense = torch.zeros(ROWS, CAPACITY, dtype=torch.int32, device=device)
-    padded = torch.zeros(ROWS, CAPACITY + 3, dtype=torch.int32, device=device)[:, :CAPACITY]
-    prefill_dense = torch.zeros_like(dense)
-    tables = [
-        torch.arange(64 * pages, dtype=torch.int32, device=device).view(64, pages),
-        torch.zeros(64, pages + 16, dtype=torch.int32, device=device)[:, :pages],
-        torch.zeros(64, pages + 1, dtype=torch.int32, device=device)[:, :pages],
-        torch.zeros(1, 1, dtype=torch.int32, device=device),  # stride 1: one page
-    ]
-
-    (warm_up or launch)(_launch_arguments(device, CAPACITY, 4, 4, dense, prefill_dense, tables[0]))
-    torch.cuda.synchronize(device)
-    warmed = variants()
-
-    # (24, 1000): enough tokens for row blocks below WIDE_W on a GPU of fewer than
-    # 256 multiprocessors; the smaller counts are written one row a program
-    token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33), (24, 1000)]
-    for width in policy.reachable_widths(CAPACITY):
-        for num_decode, num_prefill in token_counts:
-            for table in tables:
-                for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
-                    launch(_launch_arguments(
-                        device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table
-                    ))
-    torch.cuda.synchronize(device)
-    return warmed, variants()
 
 
 @pytest.mark.cuda
@@ -133,7 +81,7 @@ def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
     prefill = torch.zeros_like(dense)
     batches = [first] + [b for b in [(128, 4, 4), (128, 24, 1000), (CAPACITY, 4, 4)] if b != first]
     for width, num_decode, num_prefill in batches:
-        adaptive.launch(_launch_arguments(
+        adaptive.launch(launch_arguments(
             c128a_device, width, num_decode, num_prefill, dense, prefill, table
         ))
         torch.cuda.synchronize(c128a_device)
@@ -168,23 +116,6 @@ def test_width_specialised_mutant_is_caught_by_compile_counting(c128a_device):
     assert after > warmed, (
         f"a kernel with the width as tl.constexpr compiled no new variant ({warmed} -> {after}); "
         "the compile count cannot see width specialisation"
-    )
-
-
-@pytest.mark.cuda
-def test_selected_target_never_recompiles(c128a_target, c128a_device):
-    """The same sweep through the selected target's own builder (its
-    validation and launch included), counting the JIT functions it names."""
-    if not c128a_target.jit_functions:
-        pytest.skip(f"target {c128a_target} names no jit_functions: its compiles cannot be "
-                    "counted (a target exposes the Triton functions it launches as jit_functions)")
-    warmed, after = compiled_variants_around_sweep(
-        c128a_target.jit_functions, lambda args: c128a_target.build_c128a_topk_metadata(*args),
-        c128a_device,
-    )
-    assert warmed >= 1, f"no compiled variant of {c128a_target}'s jit_functions after warm-up"
-    assert after == warmed, (
-        f"{c128a_target} compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}"
     )
 
 

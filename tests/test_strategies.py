@@ -1,5 +1,6 @@
 """The strategies' own promises: what zero bytes decode to, where shrinking
-ends, and that a described block table is the table it describes."""
+ends, that a described block table is the table it describes, and that every
+step they draw is inside the contract."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 import torch
 from hypothesis import find, given, settings, strategies as st
 
+from c128a.checks import PROPERTIES
 from c128a.failures import BadArgument
 from c128a.step import PAGE_PRIME, Batch, PermutedBlockTable
-from c128a.strategies import batches
+from c128a.strategies import HISTORICAL_BATCHES, batches
 from c128a.strategies.engine import _length_edges, _requests_from_bytes, _sequence_length
 from c128a.strategies.layout import REQUEST_BYTES
 
@@ -105,3 +107,21 @@ def test_batch_tensors_are_the_same_for_a_described_and_an_explicit_table(batch)
 def test_every_tensor_argument_starts_on_a_16_byte_boundary(batch):
     for name, tensor in vars(batch.tensors("cpu")).items():
         assert tensor.data_ptr() % 16 == 0, name
+
+
+# The harness computes expected values with the oracle unchecked
+# (c128a.checks.expected_result), so every step the strategies draw must
+# be inside the contract.
+@given(batch=batches())
+def test_strategies_draw_valid_steps(batch):
+    batch.validate()
+
+
+@given(batch=PROPERTIES["matches_oracle"].strategy(None, 512))
+def test_strategies_draw_valid_large_steps(batch):
+    batch.validate()
+
+
+def test_historical_batches_are_valid():
+    for batch in HISTORICAL_BATCHES.values():
+        batch.validate()

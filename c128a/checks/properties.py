@@ -5,7 +5,7 @@ the contract's historical failures to try first. :meth:`Property.test`
 builds its Hypothesis test: the historical steps as ``@example``, the
 chosen settings, ``event()`` for each step's labels and ``target()`` scores
 (tokens, width doublings) that the ``fuzz`` profile's target phase climbs.
-pytest (``tests/test_properties.py``), ``c128a fuzz``, ``c128a mutants`` and
+pytest (``c128a/conformance/test_properties.py``), ``c128a fuzz``, ``c128a mutants`` and
 ``c128a bench --throughput`` all run properties through it; a runner that
 needs to see each example passes ``around``.
 

@@ -14,6 +14,8 @@ import pytest
 
 from c128a import options
 
+pytest_plugins = ("c128a.plugin.conformance_options",)  # --c128a-cases, --c128a-known-failures
+
 DEVICE_ENV = options.DEVICE_ENV
 PADDING_ROWS_OPTION = options.PADDING_ROWS_OPTION.pytest
 XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
@@ -21,7 +23,8 @@ STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
-    "slow: long-running (the mutant matrix, child processes, real faults, sanitizer runs); "
+    "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
+    "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",
 )
 

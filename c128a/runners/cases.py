@@ -5,7 +5,7 @@ property, the target it failed on and the padding-row variant it was held
 to, the concrete inputs (a :class:`~c128a.step.Batch` as plain lists), plus
 the seed, Hypothesis's reproduce blob, versions and the failure message for
 the reader. JSON only, never pickle: a case is read by people and checked
-into ``tests/regressions``.
+into a cases folder (the kept ones: ``c128a/conformance/regressions``).
 Its schema is the :class:`Case` dataclass itself (:mod:`c128a.step.schema`).
 
 Kinds: ``failure`` (a property's check raised; the shrunk example, or the

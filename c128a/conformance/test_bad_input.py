@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, example, given
 
-from c128a.checks import BAD_INPUTS, PROPERTIES, check_rejects_bad_input
+from c128a.checks import BAD_INPUTS, check_rejects_bad_input
 from c128a.targets import is_project_target
 from c128a.strategies import HISTORICAL_BATCHES, batches
 
@@ -28,6 +28,7 @@ EXAMPLES = [
 ]
 
 
+@pytest.mark.conformance("rejects_bad_input")
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=[case.name for case in BAD_INPUTS])
 def test_rejects(c128a_target, c128a_device, case):
     if not c128a_target.validates_input:
@@ -49,21 +50,3 @@ def test_rejects(c128a_target, c128a_device, case):
     for batch in reversed(EXAMPLES):
         rejects = example(batch=batch)(rejects)
     rejects()
-
-
-# The harness computes expected values with the oracle unchecked
-# (c128a.checks.expected_result), so every step the strategies draw must
-# be inside the contract.
-@given(batch=batches())
-def test_strategies_draw_valid_steps(batch):
-    batch.validate()
-
-
-@given(batch=PROPERTIES["matches_oracle"].strategy(None, 512))
-def test_strategies_draw_valid_large_steps(batch):
-    batch.validate()
-
-
-def test_historical_batches_are_valid():
-    for batch in HISTORICAL_BATCHES.values():
-        batch.validate()

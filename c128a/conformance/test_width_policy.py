@@ -15,6 +15,8 @@ from hypothesis import assume, example, given, strategies as st
 from c128a.checks import CAPTURE_OVERSHOOT, check_width_policy
 from c128a.strategies import EDGE_MAX_MODEL_LENS, max_model_lens
 
+pytestmark = pytest.mark.conformance("width_policy")
+
 R = 128
 ONE_M = 1_048_576
 

@@ -3,7 +3,9 @@
 One test per property of :data:`c128a.checks.PROPERTIES`, each running the
 property's own Hypothesis test (the same one ``c128a fuzz`` and ``c128a
 mutants`` run): the contract's historical failures first (``@example``),
-then engine-shaped steps under the loaded profile.
+then engine-shaped steps under the loaded profile. A failing step is saved
+as a case in pytest's temporary folder (``--basetemp`` chooses it), and
+the failure ends with the case file and the ``c128a replay`` line.
 """
 
 from __future__ import annotations
@@ -12,17 +14,30 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from c128a.checks import PROPERTIES, check_step
+from c128a.conformance.saved_failures import FailingSteps, save_failure
+from c128a.failures import ContractViolation
 from c128a.step import Buffers
 from c128a.strategies import HISTORICAL_BATCHES, batches, max_model_lens
 
 
-@pytest.mark.parametrize("name", list(PROPERTIES))
-def test_property(c128a_target, c128a_device, name):
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=pytest.mark.conformance(name)) for name in PROPERTIES]
+)
+def test_property(c128a_target, c128a_device, name, tmp_path_factory):
     prop = PROPERTIES[name]
     reason = prop.unsupported(c128a_target)
     if reason is not None:
         pytest.xfail(reason)
-    prop.test(c128a_target, c128a_device)()
+    failing_steps = FailingSteps()
+    try:
+        prop.test(c128a_target, c128a_device, around=failing_steps)()
+    except ContractViolation as exc:
+        batch = failing_steps.step_of(exc)
+        if batch is not None:
+            folder = tmp_path_factory.getbasetemp() / "c128a-cases"
+            folder.mkdir(exist_ok=True)
+            exc.add_note(save_failure(exc, batch, name, c128a_target, c128a_device, folder))
+        raise
 
 
 @st.composite
@@ -38,6 +53,7 @@ def engine_steps(c128a_target):
     return serving_steps(c128a_target)
 
 
+@pytest.mark.conformance("persistent_buffers")
 def test_check_step_with_persistent_buffers(c128a_target, c128a_device, engine_steps):
     """Each step overwrites only its own region of the previous steps' buffers."""
 

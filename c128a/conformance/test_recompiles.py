@@ -1,0 +1,31 @@
+"""No recompiles mid-inference, on the selected target (CUDA only): after
+one warm-up at the largest width, no width the policy can produce, token
+count, row stride or block-table stride makes Triton compile the target's
+kernels again (:func:`c128a.checks.recompiles.compiled_variants_around_sweep`).
+The compiles are counted on the JIT functions the target names
+(``jit_functions``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from c128a.checks.recompiles import CAPACITY, compiled_variants_around_sweep
+
+pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.conformance("no_recompiles")]
+
+
+def test_selected_target_never_recompiles(c128a_target, c128a_device):
+    """The sweep through the selected target's own builder (its validation
+    and launch included), counting the JIT functions it names."""
+    if not c128a_target.jit_functions:
+        pytest.skip(f"target {c128a_target} names no jit_functions: its compiles cannot be "
+                    "counted (a target exposes the Triton functions it launches as jit_functions)")
+    warmed, after = compiled_variants_around_sweep(
+        c128a_target.jit_functions, lambda args: c128a_target.build_c128a_topk_metadata(*args),
+        c128a_device,
+    )
+    assert warmed >= 1, f"no compiled variant of {c128a_target}'s jit_functions after warm-up"
+    assert after == warmed, (
+        f"{c128a_target} compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}"
+    )

@@ -1,0 +1,87 @@
+"""The options of a conformance run (``pytest --pyargs c128a.conformance``):
+the folders of regression cases (``--c128a-cases``, besides the kept ones)
+and the known-failures file (``--c128a-known-failures``,
+:mod:`c128a.plugin.known_failures`), with the ``conformance`` marker.
+
+Registered by :mod:`c128a.plugin.pytest_plugin` (its ``pytest_plugins``), so
+a kernel repository's rootdir, with no ini file of its own, gets them too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CASES_OPTION = "--c128a-cases"
+KNOWN_FAILURES_OPTION = "--c128a-known-failures"
+CONFORMANCE_MARKER = (
+    "conformance(name): a check of the selected target; NAME is the property or regression "
+    "case it checks, the name a --c128a-known-failures file gives it"
+)
+
+_folders_key = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("c128a")
+    group.addoption(
+        CASES_OPTION,
+        metavar="DIR",
+        action="append",
+        default=[],
+        dest="c128a_cases",
+        help="also replay the regression cases (*.json) in DIR, besides the ones kept with "
+        "the package; repeatable",
+    )
+    group.addoption(
+        KNOWN_FAILURES_OPTION,
+        metavar="FILE",
+        default=None,
+        dest="c128a_known_failures",
+        help="expect the properties and cases FILE lists (one 'NAME: reason' a line) to fail: "
+        "their failures are reported as xfailed, and a listed one that passes fails the run",
+    )
+
+
+def case_folders_line(folders: list[tuple[str, Path]], counts: list[int]) -> str:
+    """Header line: how many cases each folder holds."""
+    parts = [f"{count} in {label or 'the package'}" for (label, _), count in zip(folders, counts)]
+    return "c128a regression cases: " + ", ".join(parts)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", CONFORMANCE_MARKER)
+    from c128a.conformance import case_folders
+    from c128a.runners.cases import case_files
+
+    folders = case_folders(config.getoption("c128a_cases"), config.invocation_params.dir)
+    for label, path in folders[1:]:
+        if not path.is_dir():
+            raise pytest.UsageError(
+                f"c128a: {CASES_OPTION}={label}: no such folder ({path})"
+            )
+    config.stash[_folders_key] = folders
+    path = config.getoption("c128a_known_failures")
+    if path is not None:
+        from c128a.plugin import known_failures
+
+        names = known_failures.known_names(
+            [case.name for _, folder in folders for case in case_files(folder)]
+        )
+        try:
+            listed = known_failures.read_known_failures(config.invocation_params.dir / path, names)
+        except known_failures.KnownFailuresError as exc:
+            raise pytest.UsageError(f"c128a: {KNOWN_FAILURES_OPTION}: {exc}") from None
+        config.pluginmanager.register(
+            known_failures.KnownFailures(config, listed), known_failures.PLUGIN_NAME
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from c128a.runners.cases import case_files
+
+    folders = config.stash.get(_folders_key, None)
+    if folders is None:
+        return []
+    return [case_folders_line(folders, [len(case_files(path)) for _, path in folders])]

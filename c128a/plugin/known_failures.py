@@ -1,0 +1,187 @@
+"""``--c128a-known-failures FILE``: the checks a target is known to fail,
+as strict expected failures.
+
+The file lists one property or regression case a line, with the reason::
+
+    # vLLM 0.34.0 held to inert: padding rows still publish slot ids (vllm#55177)
+    padding: padding rows hold slot ids, not -1
+    matches_oracle: the same rows, compared with the inert oracle
+    matches_oracle-b839eb151f69.json: the kept packed-stride case
+
+A name is one the ``conformance`` marker carries: a property
+(:func:`c128a.conformance.check_names`) or a case file's name. Blank lines
+and lines starting with ``#`` are comments. A line without a reason, a name
+given twice or a name that no check and no case has is a usage error naming
+the file and the line.
+
+A listed check's failing tests are reported as xfailed with the reason (only
+a failed assertion: a fault of the suite or an error in set-up stays an
+error). A listed check none of whose tests failed, though at least one ran
+and passed, fails the run with one failed report per such line: the file
+cannot go stale silently. A check whose tests were all deselected or
+skipped is not judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PLUGIN_NAME = "c128a-known-failures"
+REPORT_KEY = "c128a_known_failure"
+"""Attribute of a test's call report: {"line": the file's line naming its
+check, "hit": whether its failure was expected}; xdist carries it to the
+controller with the report."""
+
+
+SHOWN_PASSES = 3  # passed tests a stale line's report names
+
+
+class KnownFailuresError(Exception):
+    """A malformed known-failures file, or a name nothing carries."""
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    name: str
+    reason: str
+    line: int
+
+
+def known_names(case_names: list[str]) -> set[str]:
+    from c128a.conformance import check_names
+
+    return {*check_names(), *case_names}
+
+
+def read_known_failures(path: Path, names: set[str]) -> dict[str, KnownFailure]:
+    """{name: entry} of the file at ``path``; every name must be in ``names``."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KnownFailuresError(f"cannot read {path}: {exc}") from None
+    listed: dict[str, KnownFailure] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, colon, reason = (part.strip() for part in line.partition(":"))
+        where = f"{path}:{number}"
+        if not colon or not name or not reason:
+            raise KnownFailuresError(
+                f"{where}: {raw.strip()!r} is not 'NAME: reason' (a property or case file "
+                "name, a colon, and why it fails)"
+            )
+        if name not in names:
+            raise KnownFailuresError(
+                f"{where}: {name!r} names no property and no regression case of this run; "
+                f"properties: {', '.join(sorted(n for n in names if not n.endswith('.json')))}"
+            )
+        if name in listed:
+            raise KnownFailuresError(f"{where}: {name!r} is listed already on line "
+                                     f"{listed[name].line}")
+        listed[name] = KnownFailure(name, reason, number)
+    return listed
+
+
+def expected(excinfo: pytest.ExceptionInfo | None) -> bool:
+    """Whether a failure is the target's: a failed assertion (a contract
+    violation, a check's ``assert``) or a test's ``pytest.fail``."""
+    if excinfo is None:
+        return False
+    from c128a.failures import HarnessError, UsageError
+
+    if excinfo.errisinstance((HarnessError, UsageError)):
+        return False
+    return excinfo.errisinstance((AssertionError, pytest.fail.Exception)) or (
+        excinfo.errisinstance(BaseExceptionGroup)
+        and all(isinstance(e, AssertionError) for e in excinfo.value.exceptions)
+    )
+
+
+class KnownFailures:
+    """Turns the failures of listed checks into expected ones (in whichever
+    process runs the test) and fails the run for each listed check that
+    passed (in the controller, or the one process without xdist)."""
+
+    def __init__(self, config: pytest.Config, listed: dict[str, KnownFailure]):
+        self.path = config.getoption("c128a_known_failures")
+        self.listed = listed
+        self.by_line = {entry.line: entry for entry in listed.values()}
+        self.hits: dict[int, int] = {}
+        self.passes: dict[int, list[str]] = {}
+        self.in_worker = hasattr(config, "workerinput")
+
+    def entry_of(self, item: pytest.Item) -> KnownFailure | None:
+        marker = item.get_closest_marker("conformance")
+        return self.listed.get(marker.args[0]) if marker and marker.args else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        entry = self.entry_of(item)
+        if entry is None or call.when != "call":
+            return report
+        hit = report.failed and expected(call.excinfo)
+        if hit:
+            report.outcome = "skipped"
+            report.wasxfail = f"known failure ({self.path}:{entry.line}): {entry.reason}"
+        setattr(report, REPORT_KEY, {"line": entry.line, "hit": hit})
+        return report
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        known = getattr(report, REPORT_KEY, None)
+        if self.in_worker or not known or report.when != "call":
+            return
+        if known["hit"]:
+            self.hits[known["line"]] = self.hits.get(known["line"], 0) + 1
+        elif report.passed:
+            self.passes.setdefault(known["line"], []).append(report.nodeid)
+
+    def stale(self) -> list[tuple[KnownFailure, list[str]]]:
+        """The listed checks that passed: no expected failure, a pass."""
+        return [(self.by_line[line], nodeids) for line, nodeids in sorted(self.passes.items())
+                if not self.hits.get(line)]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        result = yield
+        if self.in_worker:
+            return result
+        for entry, nodeids in self.stale():
+            self._report_stale(session, entry, nodeids)
+        return result
+
+    def _report_stale(self, session: pytest.Session, entry: KnownFailure, nodeids) -> None:
+        where = f"{self.path}:{entry.line}"
+        message = (
+            f"{where} lists {entry.name!r} as a known failure ({entry.reason}), but it passed: "
+            f"{len(nodeids)} test(s) passed and none failed. Remove the line.\n"
+            + "\n".join(f"  passed: {nodeid}" for nodeid in nodeids[:SHOWN_PASSES])
+            + (f"\n  and {len(nodeids) - SHOWN_PASSES} more" if len(nodeids) > SHOWN_PASSES else "")
+        )
+        nodeid = f"{self.path}::{entry.name}"
+        for when, outcome, longrepr in (("call", "failed", message), ("teardown", "passed", None)):
+            report = pytest.TestReport(
+                nodeid=nodeid, location=(str(self.path), entry.line - 1, entry.name),
+                keywords={}, outcome=outcome, longrepr=longrepr, when=when,
+            )
+            session.config.hook.pytest_runtest_logreport(report=report)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.in_worker:
+            return
+        stale = {entry.line for entry, _ in self.stale()}
+        counts = {
+            "failed as expected": sum(1 for line in self.by_line if self.hits.get(line)),
+            "passed (stale)": len(stale),
+            "not run": sum(1 for line in self.by_line
+                           if not self.hits.get(line) and line not in self.passes),
+        }
+        terminalreporter.write_line(
+            f"c128a known failures ({self.path}): {len(self.listed)} listed, "
+            + ", ".join(f"{count} {what}" for what, count in counts.items())
+        )
