@@ -44,20 +44,13 @@ from rich.text import Text
 
 from ... import phases
 from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError
-from ...step import Batch
-from ..cases import (
-    Case,
-    atomic_write_json,
-    case_filename,
-    contract_breach,
-    new_case,
-    versions,
-    write_case,
-)
+from ..cases import Case, atomic_write_json, case_filename, versions, write_case
 from ...strategies.reach import reach_table
 from ..gpus import gpu_for_worker
 from ..reach import reach_rows
+from . import protocol
 from .config import FuzzConfig, check_paths
+from .inflight import InflightRecord, case_from_inflight, read_inflight
 from .worker import CUDA_FAULT_EXIT, worker_main
 
 REPORT_FORMAT = "c128a-fuzz-report/1"
@@ -184,6 +177,16 @@ class Supervisor:
                 for i in range(config.workers)
             ]
         self.budgets = shares
+        self.handlers = {
+            protocol.Ready: self.on_ready,
+            protocol.Progress: self.on_progress,
+            protocol.Found: self.on_found,
+            protocol.Failure: self.on_failure,
+            protocol.SuiteError: self.on_error,
+            protocol.Fatal: self.on_fatal,
+            protocol.Done: self.on_done,
+        }
+        """Each message type's handler: one each (:mod:`.protocol`)."""
 
     # -- workers
 
@@ -259,12 +262,8 @@ class Supervisor:
         slot.generation += 1
         self.spawn(index)
 
-    def inflight_record(self, index: int) -> dict[str, Any] | None:
-        try:
-            record = json.loads(self.inflight_path(index).read_text())
-        except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) else None
+    def inflight_record(self, index: int) -> InflightRecord | None:
+        return read_inflight(self.inflight_path(index))
 
     def lost_input_case(self, index: int, kind: str, message: str) -> None:
         """Keep what the worker was running when it died or hung as a case."""
@@ -276,31 +275,15 @@ class Supervisor:
             self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
                                "failure": f"{message} ({why})"})
             return
-        try:
-            batch = Batch.from_json(record["batch"]) if record.get("batch") else None
-        except CaseError as exc:
-            self.errors.append(f"worker {index}'s in-flight input is malformed: {exc}")
-            batch = None
-        if record.get("fault"):
-            message += f": {record['fault']}"
-        variant = record.get("padding_rows") or self.config.padding_rows
-        case = new_case(
-            property=record.get("property") or "unknown",
-            target=self.config.target,
-            kind=kind,
-            failure=message,
-            batch=batch,
-            device=self.config.device,
-            seed=record.get("seed"),
-            steps=None if batch else "the serving-loop example running when the worker was lost",
-            outside_contract=(
-                contract_breach(batch, variant) if batch is not None else None
-            ),
-            round_examples=record.get("round_examples"),
-            profile=record.get("profile"),
-            padding_rows=variant,
-        )
-        self.record_case(case)
+        if record.batch_problem:
+            self.errors.append(f"worker {index}'s in-flight input is malformed: "
+                               f"{record.batch_problem}")
+        self.record_case(case_from_inflight(
+            record, kind=kind, failure=message, target=self.config.target,
+            device=self.config.device, padding_rows=self.config.padding_rows,
+            steps=None if record.batch else "the serving-loop example running when the worker "
+            "was lost",
+        ))
 
     def record_case(self, case: Case, **notes) -> dict[str, Any]:
         """Save ``case`` and list it in the report. A case that cannot be
@@ -377,8 +360,8 @@ class Supervisor:
             first["shrunk"] = False
             first["note"] = f"shrinking was cut short ({why}); the case is the first failing example"
             record = self.inflight_record(index)
-            if record and record.get("batch"):
-                first["last_tried"] = record["batch"]
+            if record and record.batch_json:
+                first["last_tried"] = record.batch_json
 
     def request_stop(self, grace: float | None = None) -> None:
         if grace is not None:
@@ -397,37 +380,64 @@ class Supervisor:
         self.request_stop(SIGNAL_GRACE_S)
 
     def drain(self, index: int) -> None:
-        slot, stats = self.slots[index], self.stats[index]
+        """Handle what worker ``index`` sent, each message by its handler."""
+        slot = self.slots[index]
         while slot.channel is not None:
             try:
-                kind, _, payload = slot.channel.get_nowait()
+                message = slot.channel.get_nowait()
             except (queue_module.Empty, OSError, ValueError, EOFError):
                 return
             slot.activity = time.monotonic()
-            if kind == "ready":
-                slot.ready, stats.state = True, "running"
-                stats.seconds["startup"] += slot.activity - slot.spawned
-            elif kind == "progress":
-                stats.examples += payload["examples"]
-                stats.seconds.update(payload.get("time") or {})
-                stats.running = payload["running"]
-                self.labels.update(payload["labels"])
-                self.reach.update(payload.get("reach") or {})
-                self.per_property.update(payload["per_property"])
-            elif kind in ("found", "failure"):
-                try:
-                    case = Case.from_json(payload)
-                except CaseError as exc:
-                    self.errors.append(f"worker {index} sent a case the suite cannot read: {exc}")
-                    continue
-                (self.found if kind == "found" else self.shrunk)(index, case)
-            elif kind == "error":
-                self.errors.append(f"worker {index}: {payload}")
-            elif kind == "fatal":
-                self.fatal = f"worker {index}: {payload}"
-                self.request_stop()
-            elif kind == "done":
-                slot.finished, stats.state, stats.finished = True, "done", time.monotonic()
+            handler = self.handlers.get(type(message))
+            if handler is None:
+                self.errors.append(f"worker {index} sent a message the suite does not know: "
+                                   f"{message!r:.300}")
+                continue
+            handler(index, message)
+
+    def on_ready(self, index: int, message: protocol.Ready) -> None:
+        slot, stats = self.slots[index], self.stats[index]
+        slot.ready, stats.state = True, "running"
+        stats.seconds["startup"] += slot.activity - slot.spawned
+
+    def on_progress(self, index: int, message: protocol.Progress) -> None:
+        stats = self.stats[index]
+        stats.examples += message.examples
+        stats.seconds.update(message.time)
+        stats.running = message.running
+        self.labels.update(message.labels)
+        self.reach.update(message.reach)
+        self.per_property.update(message.per_property)
+
+    def readable_case(self, index: int, case: Case) -> Case | None:
+        """``case`` as it will load from its file; one that would not load
+        back is an error of the suite, not saved."""
+        try:
+            return Case.from_json(case.to_json())
+        except CaseError as exc:
+            self.errors.append(f"worker {index} sent a case the suite cannot read: {exc}")
+            return None
+
+    def on_found(self, index: int, message: protocol.Found) -> None:
+        case = self.readable_case(index, message.case)
+        if case is not None:
+            self.found(index, case)
+
+    def on_failure(self, index: int, message: protocol.Failure) -> None:
+        case = self.readable_case(index, message.case)
+        if case is not None:
+            self.shrunk(index, case)
+
+    def on_error(self, index: int, message: protocol.SuiteError) -> None:
+        self.errors.append(f"worker {index}: {message.text}")
+
+    def on_fatal(self, index: int, message: protocol.Fatal) -> None:
+        self.fatal = f"worker {index}: {message.text}"
+        self.request_stop()
+
+    def on_done(self, index: int, message: protocol.Done) -> None:
+        slot, stats = self.slots[index], self.stats[index]
+        slot.finished, stats.state, stats.finished = True, "done", time.monotonic()
 
     def check(self, index: int, now: float) -> None:
         slot, stats = self.slots[index], self.stats[index]
@@ -484,7 +494,7 @@ class Supervisor:
         (Not the device alone: the worker knows a CUDA fault by its message,
         which a target on the CPU can raise too, and which the tests plant.)"""
         record = self.inflight_record(index)
-        return bool(record and record.get("fault"))
+        return bool(record and record.fault)
 
     def kill_the_rest(self) -> None:
         """The grace period is over: end the workers still running, keeping

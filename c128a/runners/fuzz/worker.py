@@ -21,7 +21,6 @@ progress, and the parent reports them folded into
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -44,9 +43,11 @@ from ...failures import HarnessError, failure_text, is_kill
 from ...hypothesis_private import FailureObserver, drawn_seconds
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
-from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
+from ..cases import SERVING_LOOP, Case, atomic_write_json
 from ..gpus import freeze_startup_heap, pin_to_gpu, share_cores, thaw_heap
+from . import protocol
 from .config import FuzzConfig, derive_seed
+from .inflight import InflightFile, InflightRecord, case_from_inflight
 
 PROGRESS_INTERVAL_S = 0.5
 CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
@@ -58,31 +59,6 @@ TERMINATED = threading.Event()
 RUN_STOP_WAIT_S = 2.0
 """How long a worker stopped by SIGTERM waits for the run's stop: a SIGTERM to
 the process group reaches the parent too, which sets the stop at once."""
-
-
-class InflightFile:
-    """The record of the example a worker is running, rewritten before each
-    one, read by the supervisor only once the worker died or hung.
-
-    One file kept open and overwritten in place with compact JSON, padded
-    with spaces (valid JSON whitespace) to the longest record so far so that
-    no truncation is needed: one ``pwrite`` an example. Writing a new
-    temporary file and renaming it over the last one (what case files do)
-    cost 13 ms an example on the H200 host with 16 workers, 17 % of their
-    time. A write is torn only if the worker dies inside it, never the case
-    for a crash or hang in the example that follows it."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd: int | None = None
-        self.size = 0
-
-    def write(self, record: dict) -> None:
-        data = json.dumps(record, separators=(",", ":")).encode()
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o666)
-        self.size = max(self.size, len(data))
-        os.pwrite(self.fd, data.ljust(self.size), 0)
 
 
 def _gone(pid: int) -> bool:
@@ -209,16 +185,10 @@ class Progress:
             self.flush()
 
     def flush(self) -> None:
-        self.channel.put(
-            ("progress", self.index, {
-                "examples": self.examples,
-                "labels": dict(self.labels),
-                "reach": dict(self.reach),
-                "per_property": dict(self.per_property),
-                "running": self.running,
-                "time": self.timer.take(),
-            })
-        )
+        self.channel.put(protocol.Progress(
+            self.index, examples=self.examples, labels=dict(self.labels), reach=dict(self.reach),
+            per_property=dict(self.per_property), running=self.running, time=self.timer.take(),
+        ))
         self.examples = 0
         self.labels.clear()
         self.reach.clear()
@@ -269,12 +239,17 @@ class Worker:
 
     def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None) -> None:
         start = time.perf_counter()
-        self.inflight_file.write(
-            {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
-             "round_examples": examples, "profile": self.config.profile,
-             "padding_rows": self.target.padding_rows},
-        )
+        self.inflight_file.write(self.record(name, seed, batch, examples).to_json())
         self.timer.charge("inflight", time.perf_counter() - start)
+
+    def record(self, name: str, seed: int, batch=None, examples: int | None = None,
+               padding_rows: bool = True, fault: str | None = None) -> InflightRecord:
+        """The in-flight record of an example of ``name`` in the round of ``seed``."""
+        return InflightRecord(
+            property=name, seed=seed, batch=batch, round_examples=examples,
+            profile=self.config.profile,
+            padding_rows=self.target.padding_rows if padding_rows else None, fault=fault,
+        )
 
     def timed(self, run) -> None:
         """``run()``, one example's check, charged to the example's phases."""
@@ -287,37 +262,27 @@ class Worker:
     def die_of_cuda_fault(self, name: str, seed: int, batch, exc: BaseException) -> None:
         """A CUDA fault poisons the context: every later example would fail too,
         and shrinking would keep a wrong input. Keep this one and exit now."""
-        record = {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
-                  "fault": failure_text(exc), "profile": self.config.profile}
-        atomic_write_json(self.inflight, record)
+        # No variant in the record: the supervisor's case takes the run's.
+        record = self.record(name, seed, batch, padding_rows=False, fault=failure_text(exc))
+        atomic_write_json(self.inflight, record.to_json())
         self.progress.flush()
         self.channel.close()
         self.channel.join_thread()
         os._exit(CUDA_FAULT_EXIT)
 
-    def send(self, kind: str, payload) -> None:
+    def send(self, message: protocol.Message) -> None:
         self.progress.flush()
-        self.channel.put((kind, self.index, payload))
-        if kind == "failure" and self.config.exitfirst:
+        self.channel.put(message)
+        if isinstance(message, protocol.Failure) and self.config.exitfirst:
             # No next round: the supervisor's stop could come after it found
             # a second failure.
             self.done = True
 
-    def failure_case(self, name: str, exc: BaseException, seed: int, batch=None, **fields) -> Case:
-        return new_case(
-            property=name,
-            target=self.target.spec,
-            kind="failure",
-            failure=failure_text(exc),
-            batch=batch,
-            device=self.device_name,
-            seed=seed,
-            outside_contract=(
-                contract_breach(batch, self.target.padding_rows) if batch is not None else None
-            ),
-            profile=self.config.profile,
-            padding_rows=self.target.padding_rows,
-            **fields,
+    def failure_case(self, name: str, exc: BaseException, seed: int, batch=None,
+                     reproduce_blob: str | None = None) -> Case:
+        return case_from_inflight(
+            self.record(name, seed, batch), kind="failure", failure=failure_text(exc),
+            target=self.target.spec, device=self.device_name, reproduce_blob=reproduce_blob,
         )
 
     def loop(self) -> None:
@@ -379,7 +344,9 @@ class Worker:
                 if not failing and is_kill(exc):
                     # Reported before shrinking starts, so that a stop, a
                     # crash or a kill during shrinking cannot lose it.
-                    self.send("found", self.failure_case(prop.name, exc, seed, batch).to_json())
+                    self.send(protocol.Found(
+                        self.index, self.failure_case(prop.name, exc, seed, batch)
+                    ))
                 failing[:] = [batch, exc]
                 blob.start()
                 raise
@@ -417,28 +384,22 @@ class Worker:
             else:
                 raise  # the strategy or a health check failed: the suite's fault
             if not is_kill(original):
-                self.send("error", f"{prop.name}: the suite itself failed: {failure_text(original)}")
+                self.send(protocol.SuiteError(
+                    self.index, f"{prop.name}: the suite itself failed: {failure_text(original)}"
+                ))
                 return
-            self.send("failure", self.failure_case(
+            self.send(protocol.Failure(self.index, self.failure_case(
                 prop.name, original, seed, batch, reproduce_blob=blob.blob
-            ).to_json())
+            )))
         finally:
             blob.stop()
 
     def machine_case(self, exc: BaseException, seed: int, examples: int, blob: str | None,
                      steps: str) -> Case:
-        return new_case(
-            property=SERVING_LOOP,
-            target=self.target.spec,
-            kind=SERVING_LOOP,
-            failure=failure_text(exc),
-            device=self.device_name,
-            seed=seed,
-            reproduce_blob=blob,
-            steps=steps,
-            round_examples=examples,
-            profile=self.config.profile,
-            padding_rows=self.target.padding_rows,
+        return case_from_inflight(
+            self.record(SERVING_LOOP, seed, examples=examples), kind=SERVING_LOOP,
+            failure=failure_text(exc), target=self.target.spec, device=self.device_name,
+            reproduce_blob=blob, steps=steps,
         )
 
     def machine_round(self, seed: int, examples: int) -> None:
@@ -455,8 +416,9 @@ class Worker:
             exc = raised[0] if raised else None
             if exc is None or not is_kill(exc) or is_cuda_fault(exc):
                 return  # a fault of the suite, or a CUDA fault: the round's end reports it
-            worker.send("found", worker.machine_case(exc, seed, examples, first_blob,
-                                                     steps).to_json())
+            worker.send(protocol.Found(
+                worker.index, worker.machine_case(exc, seed, examples, first_blob, steps)
+            ))
 
         blob = FailureBlob(on_first_failure=report_first_failure)
 
@@ -505,11 +467,14 @@ class Worker:
             if is_cuda_fault(exc):
                 self.die_of_cuda_fault(SERVING_LOOP, seed, None, exc)
             if not is_kill(exc):
-                self.send("error", f"{SERVING_LOOP}: the suite itself failed: {failure_text(exc)}")
+                self.send(protocol.SuiteError(
+                    self.index, f"{SERVING_LOOP}: the suite itself failed: {failure_text(exc)}"
+                ))
                 return
             notes = [n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n]
-            self.send("failure", self.machine_case(exc, seed, examples, blob.blob,
-                                                   "\n".join(notes)).to_json())
+            self.send(protocol.Failure(self.index, self.machine_case(
+                exc, seed, examples, blob.blob, "\n".join(notes)
+            )))
         finally:
             self.timer.cancel()  # an example cut short without its teardown
             blob.stop()
@@ -535,15 +500,15 @@ def worker_main(
             pin_to_gpu(gpu)
         worker = Worker(index, generation, config, channel, stop, inflight, budget)
         freeze_startup_heap()
-        channel.put(("ready", index, None))
+        channel.put(protocol.Ready(index))
         worker.loop()
         worker.progress.flush()
         if worker.terminated_alone():
             exit_by_sigterm(channel)
     except Exception as exc:
-        channel.put(("fatal", index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
+        channel.put(protocol.Fatal(index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
     else:
-        channel.put(("done", index, None))
+        channel.put(protocol.Done(index))
     finally:
         thaw_heap()
 
