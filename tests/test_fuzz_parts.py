@@ -16,7 +16,8 @@ from rich.console import Console
 
 from c128a.failures import EXIT_USAGE
 from c128a.runners import cases
-from c128a.runners.fuzz import protocol
+from c128a.runners.fuzz import casebook, protocol
+from c128a.runners.fuzz.casebook import CaseBook
 from c128a.runners.fuzz.inflight import (
     InflightFile,
     InflightRecord,
@@ -183,3 +184,110 @@ def test_a_case_from_a_serving_loop_record_is_its_round():
     unknown = case_from_inflight(InflightRecord(), kind="hang", failure="hung",
                                  target="reference", device="cpu")
     assert unknown.property == "unknown"
+
+
+def unshrunk_and_shrunk():
+    """A failure as first found (at 5000) and as shrunk (to 1000)."""
+    return make_case(5000, reproduce_blob=None), make_case(1000)
+
+
+def saved(tmp_path) -> list[str]:
+    return sorted(path.name for path in cases.case_files(tmp_path / "cases"))
+
+
+def test_the_book_saves_a_found_case_at_once_and_the_shrunk_one_replaces_it(tmp_path):
+    book = CaseBook(tmp_path / "cases")
+    first, shrunk = unshrunk_and_shrunk()
+    assert book.found(0, first) is True
+    assert saved(tmp_path) == [cases.case_filename(first)]
+    assert [entry["shrunk"] for entry in book.entries] == [False]
+    assert book.shrunk(0, shrunk) == 0  # the same failure, counted once
+    assert saved(tmp_path) == [cases.case_filename(shrunk)]
+    [entry] = book.entries
+    assert entry["shrunk"] is True and entry["new"] is True
+    assert entry["path"] == str(tmp_path / "cases" / cases.case_filename(shrunk))
+    assert not book.has_unshrunk(0) and book.new_cases == 1
+
+
+def test_a_found_case_that_was_minimal_gains_the_blob_in_place(tmp_path):
+    book = CaseBook(tmp_path / "cases")
+    first = make_case(1000, reproduce_blob=None)
+    book.found(0, first)
+    assert book.shrunk(0, make_case(1000)) == 0
+    [entry] = book.entries
+    assert entry["shrunk"] is True
+    assert cases.load_case(entry["path"]).reproduce_blob == make_case().reproduce_blob
+
+
+def test_a_failure_found_again_is_already_saved_and_counted_once(tmp_path):
+    book = CaseBook(tmp_path / "cases")
+    first, shrunk = unshrunk_and_shrunk()
+    assert book.found(0, first) and book.shrunk(0, shrunk) == 0
+    # Another worker (or the database) finds it again: nothing new.
+    assert book.found(1, first) is False and book.shrunk(1, shrunk) == 0
+    # A third one shrinks another first example to the same failure: its copy goes.
+    other = make_case(7000, reproduce_blob=None)
+    assert book.found(2, other) is True
+    assert book.shrunk(2, shrunk) == -1
+    assert saved(tmp_path) == [cases.case_filename(shrunk)] and len(book.entries) == 1
+
+
+def test_a_shrunk_failure_without_an_early_report_is_recorded_then(tmp_path):
+    book = CaseBook(tmp_path / "cases")
+    assert book.shrunk(0, make_case()) == 1
+    [entry] = book.entries
+    assert entry["shrunk"] is True and entry["new"] is True
+
+
+def same_failure_of_another_kind_and_target(book: CaseBook) -> bool:
+    """Whether ``book`` tells one failure's inputs apart when the kind or the
+    target differs (each is saved as its own new case)."""
+    case = make_case()
+    return (book.found(0, case)
+            and book.found(1, dataclasses.replace(case, target="reference"))
+            and book.found(2, dataclasses.replace(case, kind="crash")))
+
+
+def test_a_failure_of_another_kind_or_target_is_not_a_duplicate(tmp_path, monkeypatch):
+    book = CaseBook(tmp_path / "cases")
+    assert same_failure_of_another_kind_and_target(book)
+    assert len(saved(tmp_path)) == 3 and all(entry["new"] for entry in book.entries)
+    # A book that knew a failure by its property and inputs alone (the names
+    # before kind and target were part of them) fails the check.
+    monkeypatch.setattr(casebook, "case_filename", cases.former_case_filename)
+    assert not same_failure_of_another_kind_and_target(CaseBook(tmp_path / "other"))
+
+
+def test_a_case_cut_short_stays_the_first_example_with_the_last_one_tried(tmp_path):
+    book = CaseBook(tmp_path / "cases")
+    first, _ = unshrunk_and_shrunk()
+    book.found(0, first)
+    last = one_token_batch(3000).to_json()
+    book.cut_short(0, "the run ended", last_tried=last)
+    [entry] = book.entries
+    assert entry["shrunk"] is False and entry["last_tried"] == last
+    assert entry["note"] == ("shrinking was cut short (the run ended); the case is the first "
+                             "failing example")
+    assert saved(tmp_path) == [cases.case_filename(first)] and not book.has_unshrunk(0)
+
+
+def test_a_case_that_cannot_be_written_is_kept_whole_in_its_entry(tmp_path):
+    (tmp_path / "cases").write_text("a file where the folder should be")
+    recorded = []
+    book = CaseBook(tmp_path / "cases", on_record=lambda: recorded.append(True))
+    case = make_case()
+    book.found(0, case)
+    [entry] = book.entries
+    assert entry["path"] is None and entry["new"] is False
+    assert entry["not_written"].startswith(f"{tmp_path / 'cases'}: ")
+    assert cases.Case.from_json(entry["case"]) == case
+    assert recorded == [True]  # --exitfirst stops at an unwritten case too
+
+
+def test_a_lost_input_is_listed_with_nothing_saved(tmp_path):
+    book = CaseBook(tmp_path / "cases")
+    book.lost("crash", "worker 0 died (exit 3) running this input (before its first example)")
+    assert book.entries == [{"path": None, "property": None, "kind": "crash", "new": False,
+                             "failure": "worker 0 died (exit 3) running this input (before "
+                                        "its first example)"}]
+    assert book.new_cases == 0 and not (tmp_path / "cases").exists()

@@ -44,11 +44,12 @@ from rich.text import Text
 
 from ... import phases
 from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError
-from ..cases import Case, atomic_write_json, case_filename, versions, write_case
+from ..cases import Case, atomic_write_json, case_filename, versions
 from ...strategies.reach import reach_table
 from ..gpus import gpu_for_worker
 from ..reach import reach_rows
 from . import protocol
+from .casebook import CaseBook
 from .config import FuzzConfig, check_paths
 from .inflight import InflightRecord, case_from_inflight, read_inflight
 from .worker import CUDA_FAULT_EXIT, worker_main
@@ -157,10 +158,7 @@ class Supervisor:
         self.labels: Counter[str] = Counter()
         self.reach: Counter[str] = Counter()  # "dimension: bucket" -> examples
         self.per_property: Counter[str] = Counter()
-        self.cases: list[dict[str, Any]] = []
-        self.seen_failures: set[str] = set()
-        # worker -> (file name, report entry) of its unshrunk case
-        self.pending: dict[int, tuple[str, dict[str, Any] | None]] = {}
+        self.book = CaseBook(config.cases_dir, on_record=self.case_recorded)
         self.errors: list[str] = []  # faults of the suite itself, reported by workers
         self.fatal: str | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
@@ -272,96 +270,37 @@ class Supervisor:
         if record is None:
             why = ("its in-flight input went with the run's temporary folder, deleted during "
                    "the run" if self.run_dir_lost else "before its first example")
-            self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
-                               "failure": f"{message} ({why})"})
+            self.book.lost(kind, f"{message} ({why})")
             return
         if record.batch_problem:
             self.errors.append(f"worker {index}'s in-flight input is malformed: "
                                f"{record.batch_problem}")
-        self.record_case(case_from_inflight(
+        self.book.record(case_from_inflight(
             record, kind=kind, failure=message, target=self.config.target,
             device=self.config.device, padding_rows=self.config.padding_rows,
             steps=None if record.batch else "the serving-loop example running when the worker "
             "was lost",
         ))
 
-    def record_case(self, case: Case, **notes) -> dict[str, Any]:
-        """Save ``case`` and list it in the report. A case that cannot be
-        written (disk full, a folder gone) is kept whole in the report, with
-        where and why it could not be written; the run goes on."""
-        entry: dict[str, Any] = {"path": None, "property": case.property, "kind": case.kind,
-                                 "new": False, "failure": case.failure.splitlines()[0][:300],
-                                 **notes}
-        if case.outside_contract is not None:
-            entry["outside_contract"] = case.outside_contract
-        try:
-            path, new = write_case(case, self.config.cases_dir)
-            entry.update(path=str(path), new=new)
-        except OSError as exc:
-            _keep_unwritten(entry, case, self.config.cases_dir, exc)
-        self.cases.append(entry)
+    def case_recorded(self) -> None:
         if self.config.exitfirst:
             self.request_stop()
-        return entry
 
     def found(self, index: int, case: Case) -> None:
-        """A worker's first failing example, before it shrinks: saved now."""
-        key = case_filename(case)
-        if key in self.seen_failures:  # a failure found before, replayed from the database
-            self.pending[index] = (key, None)
-            return
-        self.seen_failures.add(key)
-        self.stats[index].failures += 1
-        self.pending[index] = (key, self.record_case(case, shrunk=False))
+        """A worker's first failing example, before it shrinks."""
+        if self.book.found(index, case):
+            self.stats[index].failures += 1
 
     def shrunk(self, index: int, case: Case) -> None:
-        """A worker's shrunk failure: it replaces the unshrunk case it reported."""
-        key = case_filename(case)
-        first_key, first = self.pending.pop(index, (None, None))
-        if first is not None and key == first_key:
-            # The first failing example was minimal already (an explicit
-            # example, or nothing left to shrink): its file gains the blob.
-            first["shrunk"] = True
-            if first.get("new") and first.get("path"):
-                try:
-                    atomic_write_json(Path(first["path"]), case.to_json())
-                except OSError as exc:
-                    _keep_unwritten(first, case, first["path"], exc)
-            return
-        if key in self.seen_failures:
-            if first:  # it shrank to a failure already recorded: its unshrunk copy goes
-                self.discard(first)
-                self.stats[index].failures -= 1
-            return
-        self.seen_failures.add(key)
-        if first is None:  # no early report (a draw that failed, or a first failing
-            # example that was not a contract violation)
-            self.stats[index].failures += 1
-            self.record_case(case, shrunk=True)
-            return
-        entry = self.record_case(case, shrunk=True)
-        self.cases.remove(entry)
-        self.discard(first, keep_entry=True)
-        first.clear()
-        first.update(entry)
-
-    def discard(self, entry: dict[str, Any], keep_entry: bool = False) -> None:
-        """Drop an unshrunk case: its file, when this run wrote it, and its entry."""
-        if entry.get("new") and entry.get("path"):
-            Path(entry["path"]).unlink(missing_ok=True)
-        if not keep_entry:
-            self.cases.remove(entry)
+        """A worker's shrunk failure."""
+        self.stats[index].failures += self.book.shrunk(index, case)
 
     def cut_short(self, index: int, why: str) -> None:
-        """A worker with an unshrunk failure ended: that first failing example
-        stays saved, and says so; its last input tried goes in the report."""
-        _, first = self.pending.pop(index, (None, None))
-        if first:
-            first["shrunk"] = False
-            first["note"] = f"shrinking was cut short ({why}); the case is the first failing example"
+        """A worker with an unshrunk failure ended: its last input tried goes
+        in the report with the case."""
+        if self.book.has_unshrunk(index):
             record = self.inflight_record(index)
-            if record and record.batch_json:
-                first["last_tried"] = record.batch_json
+            self.book.cut_short(index, why, last_tried=record.batch_json if record else None)
 
     def request_stop(self, grace: float | None = None) -> None:
         if grace is not None:
@@ -656,7 +595,7 @@ class Supervisor:
                 "crashes": crashes,
                 "hangs": hangs,
                 "restarts": sum(s.restarts for s in self.stats),
-                "new_cases": sum(1 for c in self.cases if c["new"]),
+                "new_cases": self.book.new_cases,
                 "worker_s": round(sum(s.wall(now) for s in self.stats), 3),
                 "time_split": _rounded(time_split),
                 "time_share": _rounded(phases.shares(time_split), 4),
@@ -685,16 +624,9 @@ class Supervisor:
             "per_property": dict(sorted(self.per_property.items())),
             "coverage": dict(sorted(self.labels.items())),
             "reach": reach_table(self.reach),
-            "cases": self.cases,
+            "cases": self.book.entries,
             "versions": versions(),
         }
-
-
-def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> None:
-    """A case that could not be written: kept whole in its report entry, with
-    where and why."""
-    entry["not_written"] = f"{where}: {exc.strerror or exc}"
-    entry["case"] = case.to_json()
 
 
 CASE_BLOCK = "c128a case that could not be written"
