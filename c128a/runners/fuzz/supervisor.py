@@ -21,7 +21,6 @@ them, and supervision, the rest (the report's ``time_split``).
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import queue as queue_module
@@ -32,34 +31,24 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from ... import phases
-from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError
-from ..cases import Case, atomic_write_json, case_filename, versions
-from ...strategies.reach import reach_table
+from ...failures import CaseError
+from ..cases import Case
 from ..gpus import gpu_for_worker
-from ..reach import reach_rows
 from . import protocol
 from .casebook import CaseBook
 from .config import FuzzConfig, check_paths
 from .inflight import InflightRecord, case_from_inflight, read_inflight
+from .report import WorkerStats, build_report, finish, render, status_line
 from .worker import CUDA_FAULT_EXIT, worker_main
 
-REPORT_FORMAT = "c128a-fuzz-report/1"
-TIME_DETAIL = (*phases.PHASES, "inflight", "startup")
-"""The report's ``time_detail``: the phases a worker measured (``draw`` is
-Hypothesis's draw time, ``other`` the rest of the checks' own code), the
-in-flight file writes and the start-ups (spawn to ready), both parts of
-supervision."""
 WORKER_PRELOAD = ("c128a.runners.fuzz.worker", "c128a.replay", "triton")
 """What the fork server imports before it forks workers: nothing that depends
 on the environment a worker is given (the kernels, decorated under
@@ -85,32 +74,6 @@ def run_worker(*args) -> None:
         worker_main(*args)
     except KeyboardInterrupt:
         sys.exit(WORKER_INTERRUPTED_EXIT)
-
-
-@dataclass
-class WorkerStats:
-    index: int
-    gpu: int | None = None
-    examples: int = 0
-    failures: int = 0
-    crashes: int = 0
-    hangs: int = 0
-    restarts: int = 0
-    running: str = ""
-    started: float = field(default_factory=time.monotonic)
-    finished: float | None = None
-    state: str = "starting"
-    seconds: Counter = field(default_factory=Counter)  # TIME_DETAIL name -> seconds
-
-    def wall(self, now: float) -> float:
-        return (self.finished or now) - self.started
-
-    def rate(self, now: float) -> float:
-        elapsed = self.wall(now)
-        return self.examples / elapsed if elapsed > 0 else 0.0
-
-    def time_split(self, now: float) -> dict[str, float]:
-        return phases.split(self.seconds, self.wall(now))
 
 
 @dataclass
@@ -455,7 +418,7 @@ class Supervisor:
             previous = {signum: signal.signal(signum, self.interrupt) for signum in handled}
         live = self.config.live if self.config.live is not None else self.console.is_terminal
         last_log = time.monotonic()
-        display = Live(self.render(), console=self.console, refresh_per_second=4) if live else None
+        display = Live(render(self), console=self.console, refresh_per_second=4) if live else None
         try:
             for index in range(self.config.workers):
                 self.spawn(index)
@@ -475,9 +438,9 @@ class Supervisor:
                     self.kill_the_rest()
                     break
                 if display:
-                    display.update(self.render())
+                    display.update(render(self))
                 elif now - last_log >= 60:
-                    self.console.print(self.status_line(now), markup=False)
+                    self.console.print(status_line(self, now), markup=False)
                     last_log = now
                 time.sleep(POLL_INTERVAL_S)
         finally:
@@ -491,157 +454,15 @@ class Supervisor:
                     self.drain(index)
                     self.cut_short(index, "the run ended")
             if display:
-                display.update(self.render())
+                display.update(render(self))
                 display.stop()
             shutil.rmtree(self.run_dir, ignore_errors=True)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         return self.report()
 
-    # -- output
-
-    def remaining(self, now: float) -> str:
-        if self.deadline is None:
-            return "-"
-        return _duration(max(0.0, self.deadline - now))
-
-    def render(self):
-        now = time.monotonic()
-        table = Table(title=f"c128a fuzz: {self.config.target} on {self.config.device}",
-                      title_justify="left")
-        for column in ("worker", "state", "running", "examples", "ex/s", "failures",
-                       "restarts", "elapsed", "remaining"):
-            table.add_column(column, justify="right" if column in ("examples", "ex/s") else "left")
-        for stats in self.stats:
-            where = f"{stats.index}" + (f" (GPU {stats.gpu})" if stats.gpu is not None else "")
-            table.add_row(
-                where, stats.state, stats.running, str(stats.examples), f"{stats.rate(now):.1f}",
-                str(stats.failures + stats.crashes + stats.hangs), str(stats.restarts),
-                _duration(now - self.started), self.remaining(now),
-            )
-        parts = [table, reach_rows(reach_table(self.reach))]
-        if self.labels:
-            coverage = ", ".join(f"{label}: {n}" for label, n in sorted(self.labels.items()))
-            parts.append(Text(f"coverage: {coverage}"))
-        return Group(*parts, Text(f"time: {split_text(self.time_split(now))}"))
-
-    def time_split(self, now: float) -> dict[str, float]:
-        """The workers' time split, added up."""
-        total = dict.fromkeys(phases.BUCKETS, 0.0)
-        for stats in self.stats:
-            for name, spent in stats.time_split(now).items():
-                total[name] += spent
-        return total
-
-    def status_line(self, now: float) -> str:
-        parts = [
-            f"w{s.index} {s.state} {s.examples} ex {s.rate(now):.1f}/s "
-            f"{s.failures + s.crashes + s.hangs} fail"
-            for s in self.stats
-        ]
-        return (
-            f"[{_duration(now - self.started)} / {self.remaining(now)} left] " + "; ".join(parts)
-            + f"; time: {split_text(self.time_split(now))}"
-        )
-
     def report(self) -> dict[str, Any]:
-        now = time.monotonic()
-        elapsed = now - self.started
-        examples = sum(s.examples for s in self.stats)
-        failures = sum(s.failures for s in self.stats)
-        crashes = sum(s.crashes for s in self.stats)
-        hangs = sum(s.hangs for s in self.stats)
-        found = failures + crashes + hangs
-        splits = [s.time_split(now) for s in self.stats]
-        time_split = {name: sum(split[name] for split in splits) for name in phases.BUCKETS}
-        if self.fatal:
-            status = "aborted"
-        elif self.interrupted is not None:
-            status = "interrupted"
-        else:
-            status = "failures" if found else ("errors" if self.errors else "clean")
-        if found:
-            exit_status = EXIT_FAILED
-        elif self.fatal or self.errors:
-            exit_status = EXIT_USAGE
-        elif self.interrupted is not None:
-            exit_status = 128 + self.interrupted  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
-        else:
-            exit_status = EXIT_OK
-        return {
-            "format": REPORT_FORMAT,
-            "target": self.config.target,
-            "padding_rows": self.config.padding_rows,
-            "device": self.config.device,
-            "seed": self.config.seed,
-            "profile": self.config.profile,
-            "workers": self.config.workers,
-            "minutes": self.config.minutes,
-            "max_examples": self.config.max_examples,
-            "max_tokens": self.config.max_tokens,
-            "database": self.config.db,
-            "cases_dir": self.config.cases_dir,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_wall)),
-            "elapsed_s": round(elapsed, 3),
-            "status": status,
-            "exit_status": exit_status,
-            "interrupted_by": signal.Signals(self.interrupted).name if self.interrupted else None,
-            "error": self.fatal,
-            "errors": self.errors,
-            "totals": {
-                "examples": examples,
-                "examples_per_s": round(examples / elapsed, 3) if elapsed else 0.0,
-                "failures": failures,
-                "crashes": crashes,
-                "hangs": hangs,
-                "restarts": sum(s.restarts for s in self.stats),
-                "new_cases": self.book.new_cases,
-                "worker_s": round(sum(s.wall(now) for s in self.stats), 3),
-                "time_split": _rounded(time_split),
-                "time_share": _rounded(phases.shares(time_split), 4),
-                "time_detail": _rounded(
-                    {name: sum(s.seconds[name] for s in self.stats) for name in TIME_DETAIL}
-                ),
-            },
-            "per_worker": [
-                {
-                    "worker": s.index,
-                    "gpu": s.gpu,
-                    "examples": s.examples,
-                    "examples_per_s": round(s.rate(now), 3),
-                    "failures": s.failures,
-                    "crashes": s.crashes,
-                    "hangs": s.hangs,
-                    "restarts": s.restarts,
-                    "state": s.state,
-                    "elapsed_s": round(s.wall(now), 3),
-                    "time_split": _rounded(split),
-                    "time_share": _rounded(phases.shares(split), 4),
-                    "time_detail": _rounded({name: s.seconds[name] for name in TIME_DETAIL}),
-                }
-                for s, split in zip(self.stats, splits)
-            ],
-            "per_property": dict(sorted(self.per_property.items())),
-            "coverage": dict(sorted(self.labels.items())),
-            "reach": reach_table(self.reach),
-            "cases": self.book.entries,
-            "versions": versions(),
-        }
-
-
-CASE_BLOCK = "c128a case that could not be written"
-REPORT_CASES_BLOCK = "c128a report cases that could not be written"
-
-
-def print_for_saving_by_hand(console, title: str, data: Any, how: str) -> None:
-    """``data`` whole as JSON on stderr between BEGIN and END lines, so that a
-    finding the disk refused can still be saved by hand: nothing wrapped,
-    nothing coloured."""
-    console.print(f"----- BEGIN {title} ({how}) -----", markup=False, highlight=False,
-                  soft_wrap=True)
-    console.print(json.dumps(data, indent=2), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"----- END {title} -----", markup=False, highlight=False, soft_wrap=True)
-
+        return build_report(self)
 
 def describe_signal(signum: int) -> str:
     """``signal SIGKILL``; a signal without a name in :class:`signal.Signals`
@@ -657,130 +478,12 @@ def describe_signal(signum: int) -> str:
     return f"signal {signum}"
 
 
-def _rounded(values: dict[str, float], digits: int = 3) -> dict[str, float]:
-    return {name: round(value, digits) for name, value in values.items()}
-
-
-def split_text(split: dict[str, float]) -> str:
-    """``drawing 31% · target 22% · ...``: each bucket's share of the split."""
-    share = phases.shares(split)
-    return " · ".join(f"{name} {share[name]:.0%}" for name in phases.BUCKETS)
-
-
-def time_lines(report: dict[str, Any]) -> list[str]:
-    """The summary's time split: all workers' shares, the mean per example,
-    where supervision went, then each worker's shares when there are several."""
-    totals = report["totals"]
-    if "time_split" not in totals:
-        return []
-    split, detail, workers = totals["time_split"], totals["time_detail"], report["per_worker"]
-    per_example = 1e3 / max(totals["examples"], 1)
-    supervision = split["supervision"]
-    rest = max(supervision - detail["startup"] - detail["inflight"], 0.0)
-    lines = [
-        f"time: {split_text(split)}",
-        "  per example: "
-        + " · ".join(f"{name} {split[name] * per_example:.3g} ms" for name in phases.BUCKETS),
-        f"  supervision {supervision:.1f} s of {totals['worker_s']:.1f} worker-s: start-up "
-        f"{detail['startup']:.1f} s, in-flight files {detail['inflight']:.1f} s, the rest "
-        f"{rest:.1f} s (Hypothesis's engine, shrinking, the database, messages)",
-    ]
-    if len(workers) > 1:
-        lines += [
-            f"  worker {row['worker']} ({row['elapsed_s']:.1f} s, {row['examples_per_s']:.1f} "
-            f"ex/s): {split_text(row['time_split'])}"
-            for row in workers
-        ]
-    return lines
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def summary_table(report: dict[str, Any]):
-    steps = f", steps of up to {report['max_tokens']} tokens" if report.get("max_tokens") else ""
-    table = Table(title=f"c128a fuzz summary: {report['target']} on {report['device']}, "
-                  f"seed {report['seed']}{steps}, {report['elapsed_s']:.0f} s, {report['status']}",
-                  title_justify="left")
-    for column in ("worker", "examples", "ex/s", "failures", "crashes", "hangs", "restarts"):
-        table.add_column(column, justify="right")
-    for row in report["per_worker"]:
-        table.add_row(str(row["worker"]), str(row["examples"]), f"{row['examples_per_s']:.1f}",
-                      str(row["failures"]), str(row["crashes"]), str(row["hangs"]),
-                      str(row["restarts"]))
-    totals = report["totals"]
-    table.add_row("all", str(totals["examples"]), f"{totals['examples_per_s']:.1f}",
-                  str(totals["failures"]), str(totals["crashes"]), str(totals["hangs"]),
-                  str(totals["restarts"]), style="bold")
-    return table
-
-
 def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
     """Run the fuzzer with ``config``; the report (also written to
-    ``config.report``). Every path is checked first: a
-    :class:`~c128a.failures.UsageError` before any worker starts."""
+    ``config.report``, and summed up on the console). Every path is checked
+    first: a :class:`~c128a.failures.UsageError` before any worker starts."""
     check_paths(config)
     console = console or Console(stderr=True)
-    supervisor = Supervisor(config, console)
-    report = supervisor.run()
-    console.print(summary_table(report))
-    if config.max_examples is not None and report["totals"]["examples"] > config.max_examples:
-        # Hypothesis's max_examples bounds what it generates; a worker counts every example.
-        console.print(
-            f"examples: {report['totals']['examples']} ran for --max-examples "
-            f"{config.max_examples}, which bounds the generated ones; on top came the contract's "
-            "historical steps (each property's explicit examples, in every worker's first round "
-            "of it) and the examples that shrank a failure", markup=False, soft_wrap=True,
-        )
-    for line in time_lines(report):
-        console.print(line, markup=False, soft_wrap=True)
-    console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
-    if report["coverage"]:
-        console.print(
-            "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
-            markup=False,
-        )
-    report_problem = None
-    if config.report:
-        try:
-            atomic_write_json(Path(config.report), report)
-        except OSError as exc:
-            report_problem = f"{config.report}: {exc.strerror or exc}"
-    for case in report["cases"]:
-        if case["path"]:
-            note = "new" if case["new"] else "already saved"
-            console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
-                          markup=False)
-        elif case.get("not_written"):
-            where = "with the report's cases below" if report_problem else "below and in the report"
-            console.print(f"{case['kind']} case NOT WRITTEN ({case['not_written']}; kept whole "
-                          f"{where})\n  {case['failure']}", markup=False)
-        else:
-            console.print(f"{case['kind']}: {case['failure']}", markup=False)
-        for key in ("note", "outside_contract"):
-            if case.get(key):
-                console.print(f"  {key.replace('_', ' ')}: {case[key]}", markup=False)
-        if case.get("not_written") and not report_problem:
-            print_for_saving_by_hand(
-                console, CASE_BLOCK, case["case"],
-                f"save it as {case_filename(Case.from_json(case['case']))} in a cases folder "
-                "to replay it",
-            )
-    for error in report["errors"]:
-        console.print(f"error of the suite itself: {error}", markup=False)
-    if report["error"]:
-        console.print(f"run aborted: {report['error']}", markup=False)
-    if report["interrupted_by"]:
-        console.print(f"run interrupted by {report['interrupted_by']}", markup=False)
-    if report_problem:
-        # The report held the unwritten cases whole: without it they exist only here.
-        console.print(f"could not write the report to {report_problem}", markup=False)
-    if report_problem and report["cases"]:
-        print_for_saving_by_hand(
-            console, REPORT_CASES_BLOCK, report["cases"],
-            "the report's cases; an entry with \"case\" holds a case that could not be "
-            "written: save that value as a .json file to replay it",
-        )
+    report = Supervisor(config, console).run()
+    finish(report, config, console)
     return report
