@@ -10,6 +10,7 @@ import io
 import pickle
 import queue
 import shutil
+import threading
 
 import pytest
 from rich.console import Console
@@ -25,8 +26,9 @@ from c128a.runners.fuzz.inflight import (
     read_inflight,
 )
 from c128a.runners.fuzz.supervisor import Supervisor
+from c128a.runners.fuzz.worker import Worker
 from test_cases import make_case, one_token_batch
-from test_fuzz import make_config
+from test_fuzz import MUTANT_SPEC, make_config
 
 EXAMPLE_MESSAGES = {
     protocol.Ready: protocol.Ready(3),
@@ -76,6 +78,7 @@ def sent(supervisor: Supervisor, *messages) -> None:
 
 def test_the_supervisor_has_one_handler_for_each_message_kind(supervisor):
     assert set(supervisor.handlers) == set(protocol.MESSAGES)
+    assert all(callable(getattr(supervisor, name)) for name in supervisor.handlers.values())
 
 
 @pytest.mark.parametrize("unknown", [
@@ -291,3 +294,26 @@ def test_a_lost_input_is_listed_with_nothing_saved(tmp_path):
                              "failure": "worker 0 died (exit 3) running this input (before "
                                         "its first example)"}]
     assert book.new_cases == 0 and not (tmp_path / "cases").exists()
+
+
+def test_a_worker_sends_only_protocol_messages_and_its_cases_survive_the_crossing(tmp_path):
+    """A real round against a mutant, in this process: what the worker puts
+    on its channel is protocol messages only, each whole after pickling, and
+    the found and shrunk cases load back as the supervisor will read them."""
+    config = make_config(tmp_path, target=MUTANT_SPEC, max_examples=200)
+    channel = queue.Queue()
+    worker = Worker(0, 0, config, channel, threading.Event(), str(tmp_path / "inflight.json"),
+                    None)
+    worker.property_round(worker.properties[0], seed=3, examples=200)
+    worker.progress.flush()
+    messages = []
+    while not channel.empty():
+        messages.append(channel.get())
+    assert messages and all(isinstance(message, protocol.MESSAGES) for message in messages)
+    assert all(pickle.loads(pickle.dumps(message)) == message for message in messages)
+    [found] = [m for m in messages if isinstance(m, protocol.Found)]
+    [shrunk] = [m for m in messages if isinstance(m, protocol.Failure)]
+    for case in (found.case, shrunk.case):
+        assert cases.Case.from_json(case.to_json()) == case
+        assert case.kind == "failure" and case.target == MUTANT_SPEC and case.batch is not None
+    assert shrunk.case.reproduce_blob and not found.case.reproduce_blob

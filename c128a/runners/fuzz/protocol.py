@@ -2,7 +2,7 @@
 
 A worker puts these on its channel (a multiprocessing queue, so each is
 pickled); the supervisor dispatches each by its type to one handler
-(:meth:`~.supervisor.Supervisor.handlers`). Anything else arriving on a
+(:class:`~.handlers.MessageHandlers`). Anything else arriving on a
 channel is an error of the suite, reported, never ignored. Every message
 names the worker that sent it; ``kind`` is its name in tests and messages.
 """

@@ -41,6 +41,8 @@ supervision."""
 
 @dataclass
 class WorkerStats:
+    """One worker's counts and state, as the display and the report show them."""
+
     index: int
     gpu: int | None = None
     examples: int = 0

@@ -5,13 +5,12 @@ among the GPUs (each pinned to its GPU). They are forked from
 multiprocessing's fork server, which imports torch, Hypothesis and the suite
 once (:data:`WORKER_PRELOAD`) and never touches CUDA, so each worker (and
 each restart) starts in a fraction of a second without inheriting a CUDA
-context; spawning imported all of it again in every worker, about 6 s of
-CPU each on the GPU host. A worker takes the parent's environment as it is at
-its start, as a spawned one would. A worker that dies (a CUDA fault, a
-signal) or runs one example past ``--example-timeout`` is killed and
-restarted; the parent keeps its in-flight input as a ``crash`` or ``hang``
-case. A worker's first failing example is saved before it shrinks, so a stop
-or a kill loses nothing found.
+context; spawning imported all of it again in every worker. A worker takes
+the parent's environment as it is at its start, as a spawned one would. A
+worker that dies (a CUDA fault, a signal) or runs one example past
+``--example-timeout`` is killed and restarted; the parent keeps its in-flight
+input as a ``crash`` or ``hang`` case. A worker's first failing example is
+saved before it shrinks, so a stop or a kill loses nothing found.
 
 Each worker's wall time (from its first spawn to its end, restarts included)
 is split into :data:`c128a.phases.BUCKETS`: the seconds its examples spent
@@ -26,7 +25,6 @@ import os
 import queue as queue_module
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -39,17 +37,16 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from ...failures import CaseError
-from ..cases import Case
 from ..gpus import gpu_for_worker
-from . import protocol
 from .casebook import CaseBook
 from .config import FuzzConfig, check_paths
+from .handlers import MessageHandlers
 from .inflight import InflightRecord, case_from_inflight, read_inflight
+from .process import WORKER_INTERRUPTED_EXIT, run_worker
 from .report import WorkerStats, build_report, finish, render, status_line
-from .worker import CUDA_FAULT_EXIT, worker_main
+from .worker import CUDA_FAULT_EXIT
 
-WORKER_PRELOAD = ("c128a.runners.fuzz.worker", "c128a.replay", "triton")
+WORKER_PRELOAD = ("c128a.runners.fuzz.process", "c128a.replay", "triton")
 """What the fork server imports before it forks workers: nothing that depends
 on the environment a worker is given (the kernels, decorated under
 ``TRITON_INTERPRET`` or not, are imported by each worker)."""
@@ -59,21 +56,6 @@ STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
 SIGNAL_GRACE_S = 5.0  # after SIGINT, SIGTERM or SIGHUP: the run must end promptly
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """What stops a run like its deadline: Ctrl-C, a kill, a closed terminal or SSH session."""
-
-
-WORKER_INTERRUPTED_EXIT = 130
-"""A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
-
-
-def run_worker(*args) -> None:
-    """A worker process: :func:`~.worker.worker_main`, except that a
-    KeyboardInterrupt ends it with :data:`WORKER_INTERRUPTED_EXIT`, not with
-    multiprocessing's traceback. A worker ignores SIGINT, so only the code it
-    runs (the target) raises one; the parent keeps the input as a crash."""
-    try:
-        worker_main(*args)
-    except KeyboardInterrupt:
-        sys.exit(WORKER_INTERRUPTED_EXIT)
 
 
 @dataclass
@@ -87,8 +69,9 @@ class _Slot:
     finished: bool = False
 
 
-class Supervisor:
-    """Spawns, watches and restarts workers; collects progress and cases.
+class Supervisor(MessageHandlers):
+    """Spawns, watches and restarts workers and runs the event loop; their
+    messages go to :class:`~.handlers.MessageHandlers`, cases to a :class:`~.casebook.CaseBook`.
 
     A stop (the deadline, ``--exitfirst``, SIGINT, SIGTERM or SIGHUP) asks the workers
     to end after their example and waits a grace period, then kills the ones
@@ -130,24 +113,11 @@ class Supervisor:
         self.deadline = self.started + config.minutes * 60 if config.minutes else None
         self.stopping_since: float | None = None
         self.grace = max(STOP_GRACE_S, config.example_timeout)
-        shares = None
-        if config.max_examples is not None:
-            shares = [
-                config.max_examples // config.workers
-                + (1 if i < config.max_examples % config.workers else 0)
-                for i in range(config.workers)
-            ]
-        self.budgets = shares
-        self.handlers = {
-            protocol.Ready: self.on_ready,
-            protocol.Progress: self.on_progress,
-            protocol.Found: self.on_found,
-            protocol.Failure: self.on_failure,
-            protocol.SuiteError: self.on_error,
-            protocol.Fatal: self.on_fatal,
-            protocol.Done: self.on_done,
-        }
-        """Each message type's handler: one each (:mod:`.protocol`)."""
+        self.budgets = None if config.max_examples is None else [
+            config.max_examples // config.workers
+            + (1 if i < config.max_examples % config.workers else 0)
+            for i in range(config.workers)
+        ]
 
     # -- workers
 
@@ -245,19 +215,6 @@ class Supervisor:
             "was lost",
         ))
 
-    def case_recorded(self) -> None:
-        if self.config.exitfirst:
-            self.request_stop()
-
-    def found(self, index: int, case: Case) -> None:
-        """A worker's first failing example, before it shrinks."""
-        if self.book.found(index, case):
-            self.stats[index].failures += 1
-
-    def shrunk(self, index: int, case: Case) -> None:
-        """A worker's shrunk failure."""
-        self.stats[index].failures += self.book.shrunk(index, case)
-
     def cut_short(self, index: int, why: str) -> None:
         """A worker with an unshrunk failure ended: its last input tried goes
         in the report with the case."""
@@ -290,56 +247,7 @@ class Supervisor:
             except (queue_module.Empty, OSError, ValueError, EOFError):
                 return
             slot.activity = time.monotonic()
-            handler = self.handlers.get(type(message))
-            if handler is None:
-                self.errors.append(f"worker {index} sent a message the suite does not know: "
-                                   f"{message!r:.300}")
-                continue
-            handler(index, message)
-
-    def on_ready(self, index: int, message: protocol.Ready) -> None:
-        slot, stats = self.slots[index], self.stats[index]
-        slot.ready, stats.state = True, "running"
-        stats.seconds["startup"] += slot.activity - slot.spawned
-
-    def on_progress(self, index: int, message: protocol.Progress) -> None:
-        stats = self.stats[index]
-        stats.examples += message.examples
-        stats.seconds.update(message.time)
-        stats.running = message.running
-        self.labels.update(message.labels)
-        self.reach.update(message.reach)
-        self.per_property.update(message.per_property)
-
-    def readable_case(self, index: int, case: Case) -> Case | None:
-        """``case`` as it will load from its file; one that would not load
-        back is an error of the suite, not saved."""
-        try:
-            return Case.from_json(case.to_json())
-        except CaseError as exc:
-            self.errors.append(f"worker {index} sent a case the suite cannot read: {exc}")
-            return None
-
-    def on_found(self, index: int, message: protocol.Found) -> None:
-        case = self.readable_case(index, message.case)
-        if case is not None:
-            self.found(index, case)
-
-    def on_failure(self, index: int, message: protocol.Failure) -> None:
-        case = self.readable_case(index, message.case)
-        if case is not None:
-            self.shrunk(index, case)
-
-    def on_error(self, index: int, message: protocol.SuiteError) -> None:
-        self.errors.append(f"worker {index}: {message.text}")
-
-    def on_fatal(self, index: int, message: protocol.Fatal) -> None:
-        self.fatal = f"worker {index}: {message.text}"
-        self.request_stop()
-
-    def on_done(self, index: int, message: protocol.Done) -> None:
-        slot, stats = self.slots[index], self.stats[index]
-        slot.finished, stats.state, stats.finished = True, "done", time.monotonic()
+            self.handle(index, message)
 
     def check(self, index: int, now: float) -> None:
         slot, stats = self.slots[index], self.stats[index]

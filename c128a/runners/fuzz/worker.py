@@ -1,4 +1,4 @@
-"""A fuzz worker process: rounds of Hypothesis tests, one property at a time.
+"""A fuzz worker: rounds of Hypothesis tests, one property at a time.
 
 Each round runs one property through :meth:`c128a.checks.Property.test` (the
 same test pytest and the kill matrix run), seeded from ``--seed``, the
@@ -15,19 +15,17 @@ device synchronisation): Hypothesis's own draw time, and the target, oracle
 and check phases the harness marks; the worker sends the seconds with its
 progress, and the parent reports them folded into
 :data:`c128a.phases.BUCKETS`. Examples run after a round's first failure
-(shrinking) are not timed: their time counts as supervision.
+(shrinking) are not timed: their time counts as supervision. The process
+around a worker, from its start to its end, is :mod:`.process`.
 """
 
 from __future__ import annotations
 
-import ctypes
+import dataclasses
 import os
-import signal
 import sys
 import threading
 import time
-import traceback
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -40,65 +38,22 @@ from hypothesis.stateful import run_state_machine_as_test
 from ... import phases
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
-from ...hypothesis_private import FailureObserver, drawn_seconds
+from ...hypothesis_private import drawn_seconds
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json
-from ..gpus import freeze_startup_heap, pin_to_gpu, share_cores, thaw_heap
+from ..gpus import share_cores
 from . import protocol
 from .config import FuzzConfig, derive_seed
 from .inflight import InflightFile, InflightRecord, case_from_inflight
+from .observe import FailureBlob, ProgressCounter
 
-PROGRESS_INTERVAL_S = 0.5
 CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
-ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
-PARENT_POLL_S = 1.0
-PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
 TERMINATED = threading.Event()
 """Set by SIGTERM: this worker stops after its example."""
 RUN_STOP_WAIT_S = 2.0
 """How long a worker stopped by SIGTERM waits for the run's stop: a SIGTERM to
 the process group reaches the parent too, which sets the stop at once."""
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def watch_parent(supervisor_pid: int) -> None:
-    """Exit as soon as the supervisor is gone, however it died (SIGKILL
-    included). The worker's own parent is the fork server, which exits when
-    the supervisor does: Linux sends this worker SIGKILL on that parent's
-    death (``PR_SET_PDEATHSIG``); elsewhere, and as a second line, a thread
-    polls that the parent is still the one that forked it and that the
-    supervisor still runs."""
-    forked_by = os.getppid()
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-
-    def orphaned() -> bool:
-        return os.getppid() != forked_by or _gone(supervisor_pid)
-
-    if orphaned():  # it died before the watch was set
-        os._exit(ORPHAN_EXIT)
-
-    def poll() -> None:
-        while True:
-            time.sleep(PARENT_POLL_S)
-            if orphaned():
-                os._exit(ORPHAN_EXIT)
-
-    threading.Thread(target=poll, name="c128a-parent-watch", daemon=True).start()
 
 
 def is_cuda_fault(exc: BaseException | None) -> bool:
@@ -129,73 +84,6 @@ class StopRequested(BaseException):
     """Raised inside a test to end a round early; Hypothesis lets it through."""
 
 
-class FailureBlob:
-    """Hypothesis's reproduce blob for the failure a round ends with: that of
-    the last failing test case observed, the minimal one once shrinking is
-    over. Observing costs a little per example, so a property round starts it
-    at the first failure, when shrinking starts."""
-
-    def __init__(self, on_first_failure=None):
-        self.blob: str | None = None
-        self.failed = False  # an example of the round failed (shrinking runs)
-        # Called with the first failing example's blob and representation
-        # (a state machine's steps), before shrinking starts.
-        self.on_first_failure = on_first_failure
-        self._observer = FailureObserver(self._failed)
-
-    def start(self) -> None:
-        self._observer.start()
-
-    def stop(self) -> None:
-        self._observer.stop()
-
-    def _failed(self, blob: str | None, representation: str) -> None:
-        first = not self.failed
-        self.failed = True
-        if blob is not None:
-            self.blob = blob
-        if first and self.on_first_failure is not None:
-            self.on_first_failure(self.blob, representation)
-
-
-class Progress:
-    """Counts examples and labels; sends them, and the seconds ``timer``
-    charged since the last message, to the parent every so often."""
-
-    def __init__(self, channel, index: int, timer: phases.ExampleTimer | None = None):
-        self.channel, self.index = channel, index
-        self.timer = timer or phases.ExampleTimer()
-        self.examples = 0  # since the last flush
-        self.total = 0
-        self.labels: Counter[str] = Counter()
-        self.reach: Counter[str] = Counter()
-        self.per_property: Counter[str] = Counter()
-        self.sent_at = time.monotonic()
-        self.running = ""
-
-    def count(self, name: str, labels=(), reach=()) -> None:
-        """One example of property ``name``: the step's own ``labels`` and
-        its ``reach`` labels (:func:`~c128a.strategies.reach.labels_of`)."""
-        self.examples += 1
-        self.total += 1
-        self.per_property[name] += 1
-        self.labels.update(labels)
-        self.reach.update(reach)
-        if time.monotonic() - self.sent_at >= PROGRESS_INTERVAL_S:
-            self.flush()
-
-    def flush(self) -> None:
-        self.channel.put(protocol.Progress(
-            self.index, examples=self.examples, labels=dict(self.labels), reach=dict(self.reach),
-            per_property=dict(self.per_property), running=self.running, time=self.timer.take(),
-        ))
-        self.examples = 0
-        self.labels.clear()
-        self.reach.clear()
-        self.per_property.clear()
-        self.sent_at = time.monotonic()
-
-
 class Worker:
     def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget):
         self.index, self.generation, self.config = index, generation, config
@@ -221,7 +109,7 @@ class Worker:
             self.machine = import_object(config.machine, "--machine")(self.target, self.device)
         self.database = open_database(config.db)
         self.timer = phases.ExampleTimer()
-        self.progress = Progress(channel, index, self.timer)
+        self.progress = ProgressCounter(channel, index, self.timer)
         self.historical_done: set[str] = set()  # properties whose @example steps ran
         self.done = False  # set by a failure under --exitfirst
 
@@ -242,14 +130,12 @@ class Worker:
         self.inflight_file.write(self.record(name, seed, batch, examples).to_json())
         self.timer.charge("inflight", time.perf_counter() - start)
 
-    def record(self, name: str, seed: int, batch=None, examples: int | None = None,
-               padding_rows: bool = True, fault: str | None = None) -> InflightRecord:
+    def record(self, name: str, seed: int, batch=None, examples: int | None = None
+               ) -> InflightRecord:
         """The in-flight record of an example of ``name`` in the round of ``seed``."""
-        return InflightRecord(
-            property=name, seed=seed, batch=batch, round_examples=examples,
-            profile=self.config.profile,
-            padding_rows=self.target.padding_rows if padding_rows else None, fault=fault,
-        )
+        return InflightRecord(property=name, seed=seed, batch=batch, round_examples=examples,
+                              profile=self.config.profile,
+                              padding_rows=self.target.padding_rows)
 
     def timed(self, run) -> None:
         """``run()``, one example's check, charged to the example's phases."""
@@ -263,7 +149,8 @@ class Worker:
         """A CUDA fault poisons the context: every later example would fail too,
         and shrinking would keep a wrong input. Keep this one and exit now."""
         # No variant in the record: the supervisor's case takes the run's.
-        record = self.record(name, seed, batch, padding_rows=False, fault=failure_text(exc))
+        record = dataclasses.replace(self.record(name, seed, batch), padding_rows=None,
+                                     fault=failure_text(exc))
         atomic_write_json(self.inflight, record.to_json())
         self.progress.flush()
         self.channel.close()
@@ -478,47 +365,3 @@ class Worker:
         finally:
             self.timer.cancel()  # an example cut short without its teardown
             blob.stop()
-
-
-def worker_main(
-    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ
-) -> None:
-    """A worker process: take the supervisor's environment (``environ``, as
-    it was at the spawn), watch the supervisor, pin, choose the device, load
-    everything, run rounds. SIGINT is ignored (it arrives blocked):
-    Ctrl-C reaches the whole process group and the parent stops the run; a
-    SIGTERM asks this worker to stop after its example, and, unless the run
-    is stopping too, to end by that signal (:func:`exit_by_sigterm`)."""
-    os.environ.clear()
-    os.environ.update(environ)
-    watch_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        if gpu is not None:
-            pin_to_gpu(gpu)
-        worker = Worker(index, generation, config, channel, stop, inflight, budget)
-        freeze_startup_heap()
-        channel.put(protocol.Ready(index))
-        worker.loop()
-        worker.progress.flush()
-        if worker.terminated_alone():
-            exit_by_sigterm(channel)
-    except Exception as exc:
-        channel.put(protocol.Fatal(index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
-    else:
-        channel.put(protocol.Done(index))
-    finally:
-        thaw_heap()
-
-
-def exit_by_sigterm(channel) -> None:
-    """End this worker by the SIGTERM it was sent, after what it sent reached
-    the parent: it has not said it is done, so the parent keeps its last
-    input and restarts it like any worker lost to a signal."""
-    channel.close()
-    channel.join_thread()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-    os._exit(128 + signal.SIGTERM)  # not reached: the signal is unblocked
