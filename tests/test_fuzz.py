@@ -460,7 +460,7 @@ def test_two_runs_sharing_redis_see_each_others_failures(tmp_path, redis_url):
 
 
 def test_the_in_flight_record_reads_back_whole_after_a_shorter_one(tmp_path):
-    from c128a.runners.fuzz.worker import InflightFile
+    from c128a.runners.fuzz.inflight import InflightFile
 
     path = tmp_path / "worker-0.json"
     record = InflightFile(path)

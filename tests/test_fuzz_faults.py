@@ -710,7 +710,7 @@ def test_a_stop_in_the_middle_of_a_serving_loop_round_is_no_error(tmp_path, c128
         messages = []
         while not channel.empty():
             messages.append(channel.get())
-        assert [m for m in messages if m[0] in ("error", "failure")] == []
+        assert [m for m in messages if m.kind in ("error", "failure")] == []
 
 
 def test_a_temporary_folder_too_long_for_the_fork_servers_socket_is_refused(fuzz_process,

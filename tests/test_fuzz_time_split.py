@@ -186,9 +186,9 @@ class Channel:
 
     def time(self) -> dict[str, float]:
         total: dict[str, float] = {}
-        for kind, _, payload in self.messages:
-            if kind == "progress":
-                for name, seconds in payload["time"].items():
+        for message in self.messages:
+            if message.kind == "progress":
+                for name, seconds in message.time.items():
                     total[name] = total.get(name, 0.0) + seconds
         return total
 
@@ -211,7 +211,7 @@ def test_a_round_times_its_examples_up_to_the_first_failure_and_not_the_shrinkin
     calls.clear()
     worker.property_round(worker.properties[0], seed=1, examples=40)
     worker.progress.flush()
-    kinds = [kind for kind, _, _ in worker.channel.messages]
+    kinds = [message.kind for message in worker.channel.messages]
     assert "found" in kinds and "failure" in kinds
     first_failure = next(i for i, tokens in enumerate(calls) if tokens >= 2)
     assert len(calls) > first_failure + 1  # it shrank

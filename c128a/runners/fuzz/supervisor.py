@@ -5,13 +5,12 @@ among the GPUs (each pinned to its GPU). They are forked from
 multiprocessing's fork server, which imports torch, Hypothesis and the suite
 once (:data:`WORKER_PRELOAD`) and never touches CUDA, so each worker (and
 each restart) starts in a fraction of a second without inheriting a CUDA
-context; spawning imported all of it again in every worker, about 6 s of
-CPU each on the GPU host. A worker takes the parent's environment as it is at
-its start, as a spawned one would. A worker that dies (a CUDA fault, a
-signal) or runs one example past ``--example-timeout`` is killed and
-restarted; the parent keeps its in-flight input as a ``crash`` or ``hang``
-case. A worker's first failing example is saved before it shrinks, so a stop
-or a kill loses nothing found.
+context; spawning imported all of it again in every worker. A worker takes
+the parent's environment as it is at its start, as a spawned one would. A
+worker that dies (a CUDA fault, a signal) or runs one example past
+``--example-timeout`` is killed and restarted; the parent keeps its in-flight
+input as a ``crash`` or ``hang`` case. A worker's first failing example is
+saved before it shrinks, so a stop or a kill loses nothing found.
 
 Each worker's wall time (from its first spawn to its end, restarts included)
 is split into :data:`c128a.phases.BUCKETS`: the seconds its examples spent
@@ -21,52 +20,33 @@ them, and supervision, the rest (the report's ``time_split``).
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import queue as queue_module
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from ... import phases
-from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError
-from ...step import Batch
-from ..cases import (
-    Case,
-    atomic_write_json,
-    case_filename,
-    contract_breach,
-    new_case,
-    versions,
-    write_case,
-)
-from ...strategies.reach import reach_table
 from ..gpus import gpu_for_worker
-from ..reach import reach_rows
+from .casebook import CaseBook
 from .config import FuzzConfig, check_paths
-from .worker import CUDA_FAULT_EXIT, worker_main
+from .handlers import MessageHandlers
+from .inflight import InflightRecord, case_from_inflight, read_inflight
+from .process import WORKER_INTERRUPTED_EXIT, run_worker
+from .report import WorkerStats, build_report, finish, render, status_line
+from .worker import CUDA_FAULT_EXIT
 
-REPORT_FORMAT = "c128a-fuzz-report/1"
-TIME_DETAIL = (*phases.PHASES, "inflight", "startup")
-"""The report's ``time_detail``: the phases a worker measured (``draw`` is
-Hypothesis's draw time, ``other`` the rest of the checks' own code), the
-in-flight file writes and the start-ups (spawn to ready), both parts of
-supervision."""
-WORKER_PRELOAD = ("c128a.runners.fuzz.worker", "c128a.replay", "triton")
+WORKER_PRELOAD = ("c128a.runners.fuzz.process", "c128a.replay", "triton")
 """What the fork server imports before it forks workers: nothing that depends
 on the environment a worker is given (the kernels, decorated under
 ``TRITON_INTERPRET`` or not, are imported by each worker)."""
@@ -76,47 +56,6 @@ STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
 SIGNAL_GRACE_S = 5.0  # after SIGINT, SIGTERM or SIGHUP: the run must end promptly
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """What stops a run like its deadline: Ctrl-C, a kill, a closed terminal or SSH session."""
-
-
-WORKER_INTERRUPTED_EXIT = 130
-"""A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
-
-
-def run_worker(*args) -> None:
-    """A worker process: :func:`~.worker.worker_main`, except that a
-    KeyboardInterrupt ends it with :data:`WORKER_INTERRUPTED_EXIT`, not with
-    multiprocessing's traceback. A worker ignores SIGINT, so only the code it
-    runs (the target) raises one; the parent keeps the input as a crash."""
-    try:
-        worker_main(*args)
-    except KeyboardInterrupt:
-        sys.exit(WORKER_INTERRUPTED_EXIT)
-
-
-@dataclass
-class WorkerStats:
-    index: int
-    gpu: int | None = None
-    examples: int = 0
-    failures: int = 0
-    crashes: int = 0
-    hangs: int = 0
-    restarts: int = 0
-    running: str = ""
-    started: float = field(default_factory=time.monotonic)
-    finished: float | None = None
-    state: str = "starting"
-    seconds: Counter = field(default_factory=Counter)  # TIME_DETAIL name -> seconds
-
-    def wall(self, now: float) -> float:
-        return (self.finished or now) - self.started
-
-    def rate(self, now: float) -> float:
-        elapsed = self.wall(now)
-        return self.examples / elapsed if elapsed > 0 else 0.0
-
-    def time_split(self, now: float) -> dict[str, float]:
-        return phases.split(self.seconds, self.wall(now))
 
 
 @dataclass
@@ -130,8 +69,9 @@ class _Slot:
     finished: bool = False
 
 
-class Supervisor:
-    """Spawns, watches and restarts workers; collects progress and cases.
+class Supervisor(MessageHandlers):
+    """Spawns, watches and restarts workers and runs the event loop; their
+    messages go to :class:`~.handlers.MessageHandlers`, cases to a :class:`~.casebook.CaseBook`.
 
     A stop (the deadline, ``--exitfirst``, SIGINT, SIGTERM or SIGHUP) asks the workers
     to end after their example and waits a grace period, then kills the ones
@@ -164,10 +104,7 @@ class Supervisor:
         self.labels: Counter[str] = Counter()
         self.reach: Counter[str] = Counter()  # "dimension: bucket" -> examples
         self.per_property: Counter[str] = Counter()
-        self.cases: list[dict[str, Any]] = []
-        self.seen_failures: set[str] = set()
-        # worker -> (file name, report entry) of its unshrunk case
-        self.pending: dict[int, tuple[str, dict[str, Any] | None]] = {}
+        self.book = CaseBook(config.cases_dir, on_record=self.case_recorded)
         self.errors: list[str] = []  # faults of the suite itself, reported by workers
         self.fatal: str | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
@@ -176,14 +113,11 @@ class Supervisor:
         self.deadline = self.started + config.minutes * 60 if config.minutes else None
         self.stopping_since: float | None = None
         self.grace = max(STOP_GRACE_S, config.example_timeout)
-        shares = None
-        if config.max_examples is not None:
-            shares = [
-                config.max_examples // config.workers
-                + (1 if i < config.max_examples % config.workers else 0)
-                for i in range(config.workers)
-            ]
-        self.budgets = shares
+        self.budgets = None if config.max_examples is None else [
+            config.max_examples // config.workers
+            + (1 if i < config.max_examples % config.workers else 0)
+            for i in range(config.workers)
+        ]
 
     # -- workers
 
@@ -259,12 +193,8 @@ class Supervisor:
         slot.generation += 1
         self.spawn(index)
 
-    def inflight_record(self, index: int) -> dict[str, Any] | None:
-        try:
-            record = json.loads(self.inflight_path(index).read_text())
-        except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) else None
+    def inflight_record(self, index: int) -> InflightRecord | None:
+        return read_inflight(self.inflight_path(index))
 
     def lost_input_case(self, index: int, kind: str, message: str) -> None:
         """Keep what the worker was running when it died or hung as a case."""
@@ -273,112 +203,24 @@ class Supervisor:
         if record is None:
             why = ("its in-flight input went with the run's temporary folder, deleted during "
                    "the run" if self.run_dir_lost else "before its first example")
-            self.cases.append({"path": None, "property": None, "kind": kind, "new": False,
-                               "failure": f"{message} ({why})"})
+            self.book.lost(kind, f"{message} ({why})")
             return
-        try:
-            batch = Batch.from_json(record["batch"]) if record.get("batch") else None
-        except CaseError as exc:
-            self.errors.append(f"worker {index}'s in-flight input is malformed: {exc}")
-            batch = None
-        if record.get("fault"):
-            message += f": {record['fault']}"
-        variant = record.get("padding_rows") or self.config.padding_rows
-        case = new_case(
-            property=record.get("property") or "unknown",
-            target=self.config.target,
-            kind=kind,
-            failure=message,
-            batch=batch,
-            device=self.config.device,
-            seed=record.get("seed"),
-            steps=None if batch else "the serving-loop example running when the worker was lost",
-            outside_contract=(
-                contract_breach(batch, variant) if batch is not None else None
-            ),
-            round_examples=record.get("round_examples"),
-            profile=record.get("profile"),
-            padding_rows=variant,
-        )
-        self.record_case(case)
-
-    def record_case(self, case: Case, **notes) -> dict[str, Any]:
-        """Save ``case`` and list it in the report. A case that cannot be
-        written (disk full, a folder gone) is kept whole in the report, with
-        where and why it could not be written; the run goes on."""
-        entry: dict[str, Any] = {"path": None, "property": case.property, "kind": case.kind,
-                                 "new": False, "failure": case.failure.splitlines()[0][:300],
-                                 **notes}
-        if case.outside_contract is not None:
-            entry["outside_contract"] = case.outside_contract
-        try:
-            path, new = write_case(case, self.config.cases_dir)
-            entry.update(path=str(path), new=new)
-        except OSError as exc:
-            _keep_unwritten(entry, case, self.config.cases_dir, exc)
-        self.cases.append(entry)
-        if self.config.exitfirst:
-            self.request_stop()
-        return entry
-
-    def found(self, index: int, case: Case) -> None:
-        """A worker's first failing example, before it shrinks: saved now."""
-        key = case_filename(case)
-        if key in self.seen_failures:  # a failure found before, replayed from the database
-            self.pending[index] = (key, None)
-            return
-        self.seen_failures.add(key)
-        self.stats[index].failures += 1
-        self.pending[index] = (key, self.record_case(case, shrunk=False))
-
-    def shrunk(self, index: int, case: Case) -> None:
-        """A worker's shrunk failure: it replaces the unshrunk case it reported."""
-        key = case_filename(case)
-        first_key, first = self.pending.pop(index, (None, None))
-        if first is not None and key == first_key:
-            # The first failing example was minimal already (an explicit
-            # example, or nothing left to shrink): its file gains the blob.
-            first["shrunk"] = True
-            if first.get("new") and first.get("path"):
-                try:
-                    atomic_write_json(Path(first["path"]), case.to_json())
-                except OSError as exc:
-                    _keep_unwritten(first, case, first["path"], exc)
-            return
-        if key in self.seen_failures:
-            if first:  # it shrank to a failure already recorded: its unshrunk copy goes
-                self.discard(first)
-                self.stats[index].failures -= 1
-            return
-        self.seen_failures.add(key)
-        if first is None:  # no early report (a draw that failed, or a first failing
-            # example that was not a contract violation)
-            self.stats[index].failures += 1
-            self.record_case(case, shrunk=True)
-            return
-        entry = self.record_case(case, shrunk=True)
-        self.cases.remove(entry)
-        self.discard(first, keep_entry=True)
-        first.clear()
-        first.update(entry)
-
-    def discard(self, entry: dict[str, Any], keep_entry: bool = False) -> None:
-        """Drop an unshrunk case: its file, when this run wrote it, and its entry."""
-        if entry.get("new") and entry.get("path"):
-            Path(entry["path"]).unlink(missing_ok=True)
-        if not keep_entry:
-            self.cases.remove(entry)
+        if record.batch_problem:
+            self.errors.append(f"worker {index}'s in-flight input is malformed: "
+                               f"{record.batch_problem}")
+        self.book.record(case_from_inflight(
+            record, kind=kind, failure=message, target=self.config.target,
+            device=self.config.device, padding_rows=self.config.padding_rows,
+            steps=None if record.batch else "the serving-loop example running when the worker "
+            "was lost",
+        ))
 
     def cut_short(self, index: int, why: str) -> None:
-        """A worker with an unshrunk failure ended: that first failing example
-        stays saved, and says so; its last input tried goes in the report."""
-        _, first = self.pending.pop(index, (None, None))
-        if first:
-            first["shrunk"] = False
-            first["note"] = f"shrinking was cut short ({why}); the case is the first failing example"
+        """A worker with an unshrunk failure ended: its last input tried goes
+        in the report with the case."""
+        if self.book.has_unshrunk(index):
             record = self.inflight_record(index)
-            if record and record.get("batch"):
-                first["last_tried"] = record["batch"]
+            self.book.cut_short(index, why, last_tried=record.batch_json if record else None)
 
     def request_stop(self, grace: float | None = None) -> None:
         if grace is not None:
@@ -397,37 +239,15 @@ class Supervisor:
         self.request_stop(SIGNAL_GRACE_S)
 
     def drain(self, index: int) -> None:
-        slot, stats = self.slots[index], self.stats[index]
+        """Handle what worker ``index`` sent, each message by its handler."""
+        slot = self.slots[index]
         while slot.channel is not None:
             try:
-                kind, _, payload = slot.channel.get_nowait()
+                message = slot.channel.get_nowait()
             except (queue_module.Empty, OSError, ValueError, EOFError):
                 return
             slot.activity = time.monotonic()
-            if kind == "ready":
-                slot.ready, stats.state = True, "running"
-                stats.seconds["startup"] += slot.activity - slot.spawned
-            elif kind == "progress":
-                stats.examples += payload["examples"]
-                stats.seconds.update(payload.get("time") or {})
-                stats.running = payload["running"]
-                self.labels.update(payload["labels"])
-                self.reach.update(payload.get("reach") or {})
-                self.per_property.update(payload["per_property"])
-            elif kind in ("found", "failure"):
-                try:
-                    case = Case.from_json(payload)
-                except CaseError as exc:
-                    self.errors.append(f"worker {index} sent a case the suite cannot read: {exc}")
-                    continue
-                (self.found if kind == "found" else self.shrunk)(index, case)
-            elif kind == "error":
-                self.errors.append(f"worker {index}: {payload}")
-            elif kind == "fatal":
-                self.fatal = f"worker {index}: {payload}"
-                self.request_stop()
-            elif kind == "done":
-                slot.finished, stats.state, stats.finished = True, "done", time.monotonic()
+            self.handle(index, message)
 
     def check(self, index: int, now: float) -> None:
         slot, stats = self.slots[index], self.stats[index]
@@ -484,7 +304,7 @@ class Supervisor:
         (Not the device alone: the worker knows a CUDA fault by its message,
         which a target on the CPU can raise too, and which the tests plant.)"""
         record = self.inflight_record(index)
-        return bool(record and record.get("fault"))
+        return bool(record and record.fault)
 
     def kill_the_rest(self) -> None:
         """The grace period is over: end the workers still running, keeping
@@ -506,7 +326,7 @@ class Supervisor:
             previous = {signum: signal.signal(signum, self.interrupt) for signum in handled}
         live = self.config.live if self.config.live is not None else self.console.is_terminal
         last_log = time.monotonic()
-        display = Live(self.render(), console=self.console, refresh_per_second=4) if live else None
+        display = Live(render(self), console=self.console, refresh_per_second=4) if live else None
         try:
             for index in range(self.config.workers):
                 self.spawn(index)
@@ -526,9 +346,9 @@ class Supervisor:
                     self.kill_the_rest()
                     break
                 if display:
-                    display.update(self.render())
+                    display.update(render(self))
                 elif now - last_log >= 60:
-                    self.console.print(self.status_line(now), markup=False)
+                    self.console.print(status_line(self, now), markup=False)
                     last_log = now
                 time.sleep(POLL_INTERVAL_S)
         finally:
@@ -542,164 +362,15 @@ class Supervisor:
                     self.drain(index)
                     self.cut_short(index, "the run ended")
             if display:
-                display.update(self.render())
+                display.update(render(self))
                 display.stop()
             shutil.rmtree(self.run_dir, ignore_errors=True)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         return self.report()
 
-    # -- output
-
-    def remaining(self, now: float) -> str:
-        if self.deadline is None:
-            return "-"
-        return _duration(max(0.0, self.deadline - now))
-
-    def render(self):
-        now = time.monotonic()
-        table = Table(title=f"c128a fuzz: {self.config.target} on {self.config.device}",
-                      title_justify="left")
-        for column in ("worker", "state", "running", "examples", "ex/s", "failures",
-                       "restarts", "elapsed", "remaining"):
-            table.add_column(column, justify="right" if column in ("examples", "ex/s") else "left")
-        for stats in self.stats:
-            where = f"{stats.index}" + (f" (GPU {stats.gpu})" if stats.gpu is not None else "")
-            table.add_row(
-                where, stats.state, stats.running, str(stats.examples), f"{stats.rate(now):.1f}",
-                str(stats.failures + stats.crashes + stats.hangs), str(stats.restarts),
-                _duration(now - self.started), self.remaining(now),
-            )
-        parts = [table, reach_rows(reach_table(self.reach))]
-        if self.labels:
-            coverage = ", ".join(f"{label}: {n}" for label, n in sorted(self.labels.items()))
-            parts.append(Text(f"coverage: {coverage}"))
-        return Group(*parts, Text(f"time: {split_text(self.time_split(now))}"))
-
-    def time_split(self, now: float) -> dict[str, float]:
-        """The workers' time split, added up."""
-        total = dict.fromkeys(phases.BUCKETS, 0.0)
-        for stats in self.stats:
-            for name, spent in stats.time_split(now).items():
-                total[name] += spent
-        return total
-
-    def status_line(self, now: float) -> str:
-        parts = [
-            f"w{s.index} {s.state} {s.examples} ex {s.rate(now):.1f}/s "
-            f"{s.failures + s.crashes + s.hangs} fail"
-            for s in self.stats
-        ]
-        return (
-            f"[{_duration(now - self.started)} / {self.remaining(now)} left] " + "; ".join(parts)
-            + f"; time: {split_text(self.time_split(now))}"
-        )
-
     def report(self) -> dict[str, Any]:
-        now = time.monotonic()
-        elapsed = now - self.started
-        examples = sum(s.examples for s in self.stats)
-        failures = sum(s.failures for s in self.stats)
-        crashes = sum(s.crashes for s in self.stats)
-        hangs = sum(s.hangs for s in self.stats)
-        found = failures + crashes + hangs
-        splits = [s.time_split(now) for s in self.stats]
-        time_split = {name: sum(split[name] for split in splits) for name in phases.BUCKETS}
-        if self.fatal:
-            status = "aborted"
-        elif self.interrupted is not None:
-            status = "interrupted"
-        else:
-            status = "failures" if found else ("errors" if self.errors else "clean")
-        if found:
-            exit_status = EXIT_FAILED
-        elif self.fatal or self.errors:
-            exit_status = EXIT_USAGE
-        elif self.interrupted is not None:
-            exit_status = 128 + self.interrupted  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
-        else:
-            exit_status = EXIT_OK
-        return {
-            "format": REPORT_FORMAT,
-            "target": self.config.target,
-            "padding_rows": self.config.padding_rows,
-            "device": self.config.device,
-            "seed": self.config.seed,
-            "profile": self.config.profile,
-            "workers": self.config.workers,
-            "minutes": self.config.minutes,
-            "max_examples": self.config.max_examples,
-            "max_tokens": self.config.max_tokens,
-            "database": self.config.db,
-            "cases_dir": self.config.cases_dir,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_wall)),
-            "elapsed_s": round(elapsed, 3),
-            "status": status,
-            "exit_status": exit_status,
-            "interrupted_by": signal.Signals(self.interrupted).name if self.interrupted else None,
-            "error": self.fatal,
-            "errors": self.errors,
-            "totals": {
-                "examples": examples,
-                "examples_per_s": round(examples / elapsed, 3) if elapsed else 0.0,
-                "failures": failures,
-                "crashes": crashes,
-                "hangs": hangs,
-                "restarts": sum(s.restarts for s in self.stats),
-                "new_cases": sum(1 for c in self.cases if c["new"]),
-                "worker_s": round(sum(s.wall(now) for s in self.stats), 3),
-                "time_split": _rounded(time_split),
-                "time_share": _rounded(phases.shares(time_split), 4),
-                "time_detail": _rounded(
-                    {name: sum(s.seconds[name] for s in self.stats) for name in TIME_DETAIL}
-                ),
-            },
-            "per_worker": [
-                {
-                    "worker": s.index,
-                    "gpu": s.gpu,
-                    "examples": s.examples,
-                    "examples_per_s": round(s.rate(now), 3),
-                    "failures": s.failures,
-                    "crashes": s.crashes,
-                    "hangs": s.hangs,
-                    "restarts": s.restarts,
-                    "state": s.state,
-                    "elapsed_s": round(s.wall(now), 3),
-                    "time_split": _rounded(split),
-                    "time_share": _rounded(phases.shares(split), 4),
-                    "time_detail": _rounded({name: s.seconds[name] for name in TIME_DETAIL}),
-                }
-                for s, split in zip(self.stats, splits)
-            ],
-            "per_property": dict(sorted(self.per_property.items())),
-            "coverage": dict(sorted(self.labels.items())),
-            "reach": reach_table(self.reach),
-            "cases": self.cases,
-            "versions": versions(),
-        }
-
-
-def _keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> None:
-    """A case that could not be written: kept whole in its report entry, with
-    where and why."""
-    entry["not_written"] = f"{where}: {exc.strerror or exc}"
-    entry["case"] = case.to_json()
-
-
-CASE_BLOCK = "c128a case that could not be written"
-REPORT_CASES_BLOCK = "c128a report cases that could not be written"
-
-
-def print_for_saving_by_hand(console, title: str, data: Any, how: str) -> None:
-    """``data`` whole as JSON on stderr between BEGIN and END lines, so that a
-    finding the disk refused can still be saved by hand: nothing wrapped,
-    nothing coloured."""
-    console.print(f"----- BEGIN {title} ({how}) -----", markup=False, highlight=False,
-                  soft_wrap=True)
-    console.print(json.dumps(data, indent=2), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"----- END {title} -----", markup=False, highlight=False, soft_wrap=True)
-
+        return build_report(self)
 
 def describe_signal(signum: int) -> str:
     """``signal SIGKILL``; a signal without a name in :class:`signal.Signals`
@@ -715,130 +386,12 @@ def describe_signal(signum: int) -> str:
     return f"signal {signum}"
 
 
-def _rounded(values: dict[str, float], digits: int = 3) -> dict[str, float]:
-    return {name: round(value, digits) for name, value in values.items()}
-
-
-def split_text(split: dict[str, float]) -> str:
-    """``drawing 31% · target 22% · ...``: each bucket's share of the split."""
-    share = phases.shares(split)
-    return " · ".join(f"{name} {share[name]:.0%}" for name in phases.BUCKETS)
-
-
-def time_lines(report: dict[str, Any]) -> list[str]:
-    """The summary's time split: all workers' shares, the mean per example,
-    where supervision went, then each worker's shares when there are several."""
-    totals = report["totals"]
-    if "time_split" not in totals:
-        return []
-    split, detail, workers = totals["time_split"], totals["time_detail"], report["per_worker"]
-    per_example = 1e3 / max(totals["examples"], 1)
-    supervision = split["supervision"]
-    rest = max(supervision - detail["startup"] - detail["inflight"], 0.0)
-    lines = [
-        f"time: {split_text(split)}",
-        "  per example: "
-        + " · ".join(f"{name} {split[name] * per_example:.3g} ms" for name in phases.BUCKETS),
-        f"  supervision {supervision:.1f} s of {totals['worker_s']:.1f} worker-s: start-up "
-        f"{detail['startup']:.1f} s, in-flight files {detail['inflight']:.1f} s, the rest "
-        f"{rest:.1f} s (Hypothesis's engine, shrinking, the database, messages)",
-    ]
-    if len(workers) > 1:
-        lines += [
-            f"  worker {row['worker']} ({row['elapsed_s']:.1f} s, {row['examples_per_s']:.1f} "
-            f"ex/s): {split_text(row['time_split'])}"
-            for row in workers
-        ]
-    return lines
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def summary_table(report: dict[str, Any]):
-    steps = f", steps of up to {report['max_tokens']} tokens" if report.get("max_tokens") else ""
-    table = Table(title=f"c128a fuzz summary: {report['target']} on {report['device']}, "
-                  f"seed {report['seed']}{steps}, {report['elapsed_s']:.0f} s, {report['status']}",
-                  title_justify="left")
-    for column in ("worker", "examples", "ex/s", "failures", "crashes", "hangs", "restarts"):
-        table.add_column(column, justify="right")
-    for row in report["per_worker"]:
-        table.add_row(str(row["worker"]), str(row["examples"]), f"{row['examples_per_s']:.1f}",
-                      str(row["failures"]), str(row["crashes"]), str(row["hangs"]),
-                      str(row["restarts"]))
-    totals = report["totals"]
-    table.add_row("all", str(totals["examples"]), f"{totals['examples_per_s']:.1f}",
-                  str(totals["failures"]), str(totals["crashes"]), str(totals["hangs"]),
-                  str(totals["restarts"]), style="bold")
-    return table
-
-
 def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
     """Run the fuzzer with ``config``; the report (also written to
-    ``config.report``). Every path is checked first: a
-    :class:`~c128a.failures.UsageError` before any worker starts."""
+    ``config.report``, and summed up on the console). Every path is checked
+    first: a :class:`~c128a.failures.UsageError` before any worker starts."""
     check_paths(config)
     console = console or Console(stderr=True)
-    supervisor = Supervisor(config, console)
-    report = supervisor.run()
-    console.print(summary_table(report))
-    if config.max_examples is not None and report["totals"]["examples"] > config.max_examples:
-        # Hypothesis's max_examples bounds what it generates; a worker counts every example.
-        console.print(
-            f"examples: {report['totals']['examples']} ran for --max-examples "
-            f"{config.max_examples}, which bounds the generated ones; on top came the contract's "
-            "historical steps (each property's explicit examples, in every worker's first round "
-            "of it) and the examples that shrank a failure", markup=False, soft_wrap=True,
-        )
-    for line in time_lines(report):
-        console.print(line, markup=False, soft_wrap=True)
-    console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
-    if report["coverage"]:
-        console.print(
-            "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
-            markup=False,
-        )
-    report_problem = None
-    if config.report:
-        try:
-            atomic_write_json(Path(config.report), report)
-        except OSError as exc:
-            report_problem = f"{config.report}: {exc.strerror or exc}"
-    for case in report["cases"]:
-        if case["path"]:
-            note = "new" if case["new"] else "already saved"
-            console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
-                          markup=False)
-        elif case.get("not_written"):
-            where = "with the report's cases below" if report_problem else "below and in the report"
-            console.print(f"{case['kind']} case NOT WRITTEN ({case['not_written']}; kept whole "
-                          f"{where})\n  {case['failure']}", markup=False)
-        else:
-            console.print(f"{case['kind']}: {case['failure']}", markup=False)
-        for key in ("note", "outside_contract"):
-            if case.get(key):
-                console.print(f"  {key.replace('_', ' ')}: {case[key]}", markup=False)
-        if case.get("not_written") and not report_problem:
-            print_for_saving_by_hand(
-                console, CASE_BLOCK, case["case"],
-                f"save it as {case_filename(Case.from_json(case['case']))} in a cases folder "
-                "to replay it",
-            )
-    for error in report["errors"]:
-        console.print(f"error of the suite itself: {error}", markup=False)
-    if report["error"]:
-        console.print(f"run aborted: {report['error']}", markup=False)
-    if report["interrupted_by"]:
-        console.print(f"run interrupted by {report['interrupted_by']}", markup=False)
-    if report_problem:
-        # The report held the unwritten cases whole: without it they exist only here.
-        console.print(f"could not write the report to {report_problem}", markup=False)
-    if report_problem and report["cases"]:
-        print_for_saving_by_hand(
-            console, REPORT_CASES_BLOCK, report["cases"],
-            "the report's cases; an entry with \"case\" holds a case that could not be "
-            "written: save that value as a .json file to replay it",
-        )
+    report = Supervisor(config, console).run()
+    finish(report, config, console)
     return report

@@ -1,4 +1,4 @@
-"""A fuzz worker process: rounds of Hypothesis tests, one property at a time.
+"""A fuzz worker: rounds of Hypothesis tests, one property at a time.
 
 Each round runs one property through :meth:`c128a.checks.Property.test` (the
 same test pytest and the kill matrix run), seeded from ``--seed``, the
@@ -15,20 +15,17 @@ device synchronisation): Hypothesis's own draw time, and the target, oracle
 and check phases the harness marks; the worker sends the seconds with its
 progress, and the parent reports them folded into
 :data:`c128a.phases.BUCKETS`. Examples run after a round's first failure
-(shrinking) are not timed: their time counts as supervision.
+(shrinking) are not timed: their time counts as supervision. The process
+around a worker, from its start to its end, is :mod:`.process`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
+import dataclasses
 import os
-import signal
 import sys
 import threading
 import time
-import traceback
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -41,88 +38,22 @@ from hypothesis.stateful import run_state_machine_as_test
 from ... import phases
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
-from ...hypothesis_private import FailureObserver, drawn_seconds
+from ...hypothesis_private import drawn_seconds
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
-from ..cases import SERVING_LOOP, Case, atomic_write_json, contract_breach, new_case
-from ..gpus import freeze_startup_heap, pin_to_gpu, share_cores, thaw_heap
+from ..cases import SERVING_LOOP, Case, atomic_write_json
+from ..gpus import share_cores
+from . import protocol
 from .config import FuzzConfig, derive_seed
+from .inflight import InflightFile, InflightRecord, case_from_inflight
+from .observe import FailureBlob, ProgressCounter
 
-PROGRESS_INTERVAL_S = 0.5
 CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
-ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
-PARENT_POLL_S = 1.0
-PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
 TERMINATED = threading.Event()
 """Set by SIGTERM: this worker stops after its example."""
 RUN_STOP_WAIT_S = 2.0
 """How long a worker stopped by SIGTERM waits for the run's stop: a SIGTERM to
 the process group reaches the parent too, which sets the stop at once."""
-
-
-class InflightFile:
-    """The record of the example a worker is running, rewritten before each
-    one, read by the supervisor only once the worker died or hung.
-
-    One file kept open and overwritten in place with compact JSON, padded
-    with spaces (valid JSON whitespace) to the longest record so far so that
-    no truncation is needed: one ``pwrite`` an example. Writing a new
-    temporary file and renaming it over the last one (what case files do)
-    cost 13 ms an example on the H200 host with 16 workers, 17 % of their
-    time. A write is torn only if the worker dies inside it, never the case
-    for a crash or hang in the example that follows it."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd: int | None = None
-        self.size = 0
-
-    def write(self, record: dict) -> None:
-        data = json.dumps(record, separators=(",", ":")).encode()
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o666)
-        self.size = max(self.size, len(data))
-        os.pwrite(self.fd, data.ljust(self.size), 0)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def watch_parent(supervisor_pid: int) -> None:
-    """Exit as soon as the supervisor is gone, however it died (SIGKILL
-    included). The worker's own parent is the fork server, which exits when
-    the supervisor does: Linux sends this worker SIGKILL on that parent's
-    death (``PR_SET_PDEATHSIG``); elsewhere, and as a second line, a thread
-    polls that the parent is still the one that forked it and that the
-    supervisor still runs."""
-    forked_by = os.getppid()
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-
-    def orphaned() -> bool:
-        return os.getppid() != forked_by or _gone(supervisor_pid)
-
-    if orphaned():  # it died before the watch was set
-        os._exit(ORPHAN_EXIT)
-
-    def poll() -> None:
-        while True:
-            time.sleep(PARENT_POLL_S)
-            if orphaned():
-                os._exit(ORPHAN_EXIT)
-
-    threading.Thread(target=poll, name="c128a-parent-watch", daemon=True).start()
 
 
 def is_cuda_fault(exc: BaseException | None) -> bool:
@@ -153,79 +84,6 @@ class StopRequested(BaseException):
     """Raised inside a test to end a round early; Hypothesis lets it through."""
 
 
-class FailureBlob:
-    """Hypothesis's reproduce blob for the failure a round ends with: that of
-    the last failing test case observed, the minimal one once shrinking is
-    over. Observing costs a little per example, so a property round starts it
-    at the first failure, when shrinking starts."""
-
-    def __init__(self, on_first_failure=None):
-        self.blob: str | None = None
-        self.failed = False  # an example of the round failed (shrinking runs)
-        # Called with the first failing example's blob and representation
-        # (a state machine's steps), before shrinking starts.
-        self.on_first_failure = on_first_failure
-        self._observer = FailureObserver(self._failed)
-
-    def start(self) -> None:
-        self._observer.start()
-
-    def stop(self) -> None:
-        self._observer.stop()
-
-    def _failed(self, blob: str | None, representation: str) -> None:
-        first = not self.failed
-        self.failed = True
-        if blob is not None:
-            self.blob = blob
-        if first and self.on_first_failure is not None:
-            self.on_first_failure(self.blob, representation)
-
-
-class Progress:
-    """Counts examples and labels; sends them, and the seconds ``timer``
-    charged since the last message, to the parent every so often."""
-
-    def __init__(self, channel, index: int, timer: phases.ExampleTimer | None = None):
-        self.channel, self.index = channel, index
-        self.timer = timer or phases.ExampleTimer()
-        self.examples = 0  # since the last flush
-        self.total = 0
-        self.labels: Counter[str] = Counter()
-        self.reach: Counter[str] = Counter()
-        self.per_property: Counter[str] = Counter()
-        self.sent_at = time.monotonic()
-        self.running = ""
-
-    def count(self, name: str, labels=(), reach=()) -> None:
-        """One example of property ``name``: the step's own ``labels`` and
-        its ``reach`` labels (:func:`~c128a.strategies.reach.labels_of`)."""
-        self.examples += 1
-        self.total += 1
-        self.per_property[name] += 1
-        self.labels.update(labels)
-        self.reach.update(reach)
-        if time.monotonic() - self.sent_at >= PROGRESS_INTERVAL_S:
-            self.flush()
-
-    def flush(self) -> None:
-        self.channel.put(
-            ("progress", self.index, {
-                "examples": self.examples,
-                "labels": dict(self.labels),
-                "reach": dict(self.reach),
-                "per_property": dict(self.per_property),
-                "running": self.running,
-                "time": self.timer.take(),
-            })
-        )
-        self.examples = 0
-        self.labels.clear()
-        self.reach.clear()
-        self.per_property.clear()
-        self.sent_at = time.monotonic()
-
-
 class Worker:
     def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget):
         self.index, self.generation, self.config = index, generation, config
@@ -251,7 +109,7 @@ class Worker:
             self.machine = import_object(config.machine, "--machine")(self.target, self.device)
         self.database = open_database(config.db)
         self.timer = phases.ExampleTimer()
-        self.progress = Progress(channel, index, self.timer)
+        self.progress = ProgressCounter(channel, index, self.timer)
         self.historical_done: set[str] = set()  # properties whose @example steps ran
         self.done = False  # set by a failure under --exitfirst
 
@@ -269,12 +127,15 @@ class Worker:
 
     def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None) -> None:
         start = time.perf_counter()
-        self.inflight_file.write(
-            {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
-             "round_examples": examples, "profile": self.config.profile,
-             "padding_rows": self.target.padding_rows},
-        )
+        self.inflight_file.write(self.record(name, seed, batch, examples).to_json())
         self.timer.charge("inflight", time.perf_counter() - start)
+
+    def record(self, name: str, seed: int, batch=None, examples: int | None = None
+               ) -> InflightRecord:
+        """The in-flight record of an example of ``name`` in the round of ``seed``."""
+        return InflightRecord(property=name, seed=seed, batch=batch, round_examples=examples,
+                              profile=self.config.profile,
+                              padding_rows=self.target.padding_rows)
 
     def timed(self, run) -> None:
         """``run()``, one example's check, charged to the example's phases."""
@@ -287,37 +148,28 @@ class Worker:
     def die_of_cuda_fault(self, name: str, seed: int, batch, exc: BaseException) -> None:
         """A CUDA fault poisons the context: every later example would fail too,
         and shrinking would keep a wrong input. Keep this one and exit now."""
-        record = {"property": name, "seed": seed, "batch": batch.to_json() if batch else None,
-                  "fault": failure_text(exc), "profile": self.config.profile}
-        atomic_write_json(self.inflight, record)
+        # No variant in the record: the supervisor's case takes the run's.
+        record = dataclasses.replace(self.record(name, seed, batch), padding_rows=None,
+                                     fault=failure_text(exc))
+        atomic_write_json(self.inflight, record.to_json())
         self.progress.flush()
         self.channel.close()
         self.channel.join_thread()
         os._exit(CUDA_FAULT_EXIT)
 
-    def send(self, kind: str, payload) -> None:
+    def send(self, message: protocol.Message) -> None:
         self.progress.flush()
-        self.channel.put((kind, self.index, payload))
-        if kind == "failure" and self.config.exitfirst:
+        self.channel.put(message)
+        if isinstance(message, protocol.Failure) and self.config.exitfirst:
             # No next round: the supervisor's stop could come after it found
             # a second failure.
             self.done = True
 
-    def failure_case(self, name: str, exc: BaseException, seed: int, batch=None, **fields) -> Case:
-        return new_case(
-            property=name,
-            target=self.target.spec,
-            kind="failure",
-            failure=failure_text(exc),
-            batch=batch,
-            device=self.device_name,
-            seed=seed,
-            outside_contract=(
-                contract_breach(batch, self.target.padding_rows) if batch is not None else None
-            ),
-            profile=self.config.profile,
-            padding_rows=self.target.padding_rows,
-            **fields,
+    def failure_case(self, name: str, exc: BaseException, seed: int, batch=None,
+                     reproduce_blob: str | None = None) -> Case:
+        return case_from_inflight(
+            self.record(name, seed, batch), kind="failure", failure=failure_text(exc),
+            target=self.target.spec, device=self.device_name, reproduce_blob=reproduce_blob,
         )
 
     def loop(self) -> None:
@@ -379,7 +231,9 @@ class Worker:
                 if not failing and is_kill(exc):
                     # Reported before shrinking starts, so that a stop, a
                     # crash or a kill during shrinking cannot lose it.
-                    self.send("found", self.failure_case(prop.name, exc, seed, batch).to_json())
+                    self.send(protocol.Found(
+                        self.index, self.failure_case(prop.name, exc, seed, batch)
+                    ))
                 failing[:] = [batch, exc]
                 blob.start()
                 raise
@@ -417,28 +271,22 @@ class Worker:
             else:
                 raise  # the strategy or a health check failed: the suite's fault
             if not is_kill(original):
-                self.send("error", f"{prop.name}: the suite itself failed: {failure_text(original)}")
+                self.send(protocol.SuiteError(
+                    self.index, f"{prop.name}: the suite itself failed: {failure_text(original)}"
+                ))
                 return
-            self.send("failure", self.failure_case(
+            self.send(protocol.Failure(self.index, self.failure_case(
                 prop.name, original, seed, batch, reproduce_blob=blob.blob
-            ).to_json())
+            )))
         finally:
             blob.stop()
 
     def machine_case(self, exc: BaseException, seed: int, examples: int, blob: str | None,
                      steps: str) -> Case:
-        return new_case(
-            property=SERVING_LOOP,
-            target=self.target.spec,
-            kind=SERVING_LOOP,
-            failure=failure_text(exc),
-            device=self.device_name,
-            seed=seed,
-            reproduce_blob=blob,
-            steps=steps,
-            round_examples=examples,
-            profile=self.config.profile,
-            padding_rows=self.target.padding_rows,
+        return case_from_inflight(
+            self.record(SERVING_LOOP, seed, examples=examples), kind=SERVING_LOOP,
+            failure=failure_text(exc), target=self.target.spec, device=self.device_name,
+            reproduce_blob=blob, steps=steps,
         )
 
     def machine_round(self, seed: int, examples: int) -> None:
@@ -455,8 +303,9 @@ class Worker:
             exc = raised[0] if raised else None
             if exc is None or not is_kill(exc) or is_cuda_fault(exc):
                 return  # a fault of the suite, or a CUDA fault: the round's end reports it
-            worker.send("found", worker.machine_case(exc, seed, examples, first_blob,
-                                                     steps).to_json())
+            worker.send(protocol.Found(
+                worker.index, worker.machine_case(exc, seed, examples, first_blob, steps)
+            ))
 
         blob = FailureBlob(on_first_failure=report_first_failure)
 
@@ -505,55 +354,14 @@ class Worker:
             if is_cuda_fault(exc):
                 self.die_of_cuda_fault(SERVING_LOOP, seed, None, exc)
             if not is_kill(exc):
-                self.send("error", f"{SERVING_LOOP}: the suite itself failed: {failure_text(exc)}")
+                self.send(protocol.SuiteError(
+                    self.index, f"{SERVING_LOOP}: the suite itself failed: {failure_text(exc)}"
+                ))
                 return
             notes = [n for n in getattr(exc, "__notes__", ()) if "reproduce_failure" not in n]
-            self.send("failure", self.machine_case(exc, seed, examples, blob.blob,
-                                                   "\n".join(notes)).to_json())
+            self.send(protocol.Failure(self.index, self.machine_case(
+                exc, seed, examples, blob.blob, "\n".join(notes)
+            )))
         finally:
             self.timer.cancel()  # an example cut short without its teardown
             blob.stop()
-
-
-def worker_main(
-    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ
-) -> None:
-    """A worker process: take the supervisor's environment (``environ``, as
-    it was at the spawn), watch the supervisor, pin, choose the device, load
-    everything, run rounds. SIGINT is ignored (it arrives blocked):
-    Ctrl-C reaches the whole process group and the parent stops the run; a
-    SIGTERM asks this worker to stop after its example, and, unless the run
-    is stopping too, to end by that signal (:func:`exit_by_sigterm`)."""
-    os.environ.clear()
-    os.environ.update(environ)
-    watch_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        if gpu is not None:
-            pin_to_gpu(gpu)
-        worker = Worker(index, generation, config, channel, stop, inflight, budget)
-        freeze_startup_heap()
-        channel.put(("ready", index, None))
-        worker.loop()
-        worker.progress.flush()
-        if worker.terminated_alone():
-            exit_by_sigterm(channel)
-    except Exception as exc:
-        channel.put(("fatal", index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
-    else:
-        channel.put(("done", index, None))
-    finally:
-        thaw_heap()
-
-
-def exit_by_sigterm(channel) -> None:
-    """End this worker by the SIGTERM it was sent, after what it sent reached
-    the parent: it has not said it is done, so the parent keeps its last
-    input and restarts it like any worker lost to a signal."""
-    channel.close()
-    channel.join_thread()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-    os._exit(128 + signal.SIGTERM)  # not reached: the signal is unblocked

@@ -1,0 +1,124 @@
+"""A fuzz worker process from its start to its end.
+
+:func:`run_worker` is what the supervisor starts: it takes the supervisor's
+environment, watches that the supervisor still runs, sets its signals, pins
+its GPU, builds its :class:`~.worker.Worker`, says it is ready, runs it and
+says it is done (or why it could not run); a SIGTERM of its own ends it by
+that signal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from ...failures import failure_text
+from ..gpus import freeze_startup_heap, pin_to_gpu, thaw_heap
+from . import protocol
+from .worker import TERMINATED, Worker
+
+ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
+WORKER_INTERRUPTED_EXIT = 130
+"""A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
+PARENT_POLL_S = 1.0
+PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
+
+
+def run_worker(*args) -> None:
+    """A worker process: :func:`worker_main`, except that a KeyboardInterrupt
+    ends it with :data:`WORKER_INTERRUPTED_EXIT`, not with multiprocessing's
+    traceback. A worker ignores SIGINT, so only the code it runs (the
+    target) raises one; the parent keeps the input as a crash."""
+    try:
+        worker_main(*args)
+    except KeyboardInterrupt:
+        sys.exit(WORKER_INTERRUPTED_EXIT)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def watch_parent(supervisor_pid: int) -> None:
+    """Exit as soon as the supervisor is gone, however it died (SIGKILL
+    included). The worker's own parent is the fork server, which exits when
+    the supervisor does: Linux sends this worker SIGKILL on that parent's
+    death (``PR_SET_PDEATHSIG``); elsewhere, and as a second line, a thread
+    polls that the parent is still the one that forked it and that the
+    supervisor still runs."""
+    forked_by = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def orphaned() -> bool:
+        return os.getppid() != forked_by or _gone(supervisor_pid)
+
+    if orphaned():  # it died before the watch was set
+        os._exit(ORPHAN_EXIT)
+
+    def poll() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if orphaned():
+                os._exit(ORPHAN_EXIT)
+
+    threading.Thread(target=poll, name="c128a-parent-watch", daemon=True).start()
+
+
+def worker_main(
+    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ
+) -> None:
+    """A worker process: take the supervisor's environment (``environ``, as
+    it was at the spawn), watch the supervisor, pin, choose the device, load
+    everything, run rounds. SIGINT is ignored (it arrives blocked):
+    Ctrl-C reaches the whole process group and the parent stops the run; a
+    SIGTERM asks this worker to stop after its example, and, unless the run
+    is stopping too, to end by that signal (:func:`exit_by_sigterm`)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    watch_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        if gpu is not None:
+            pin_to_gpu(gpu)
+        worker = Worker(index, generation, config, channel, stop, inflight, budget)
+        freeze_startup_heap()
+        channel.put(protocol.Ready(index))
+        worker.loop()
+        worker.progress.flush()
+        if worker.terminated_alone():
+            exit_by_sigterm(channel)
+    except Exception as exc:
+        channel.put(protocol.Fatal(index, f"{failure_text(exc)}\n{traceback.format_exc(limit=-4)}"))
+    else:
+        channel.put(protocol.Done(index))
+    finally:
+        thaw_heap()
+
+
+def exit_by_sigterm(channel) -> None:
+    """End this worker by the SIGTERM it was sent, after what it sent reached
+    the parent: it has not said it is done, so the parent keeps its last
+    input and restarts it like any worker lost to a signal."""
+    channel.close()
+    channel.join_thread()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(128 + signal.SIGTERM)  # not reached: the signal is unblocked
