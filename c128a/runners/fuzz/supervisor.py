@@ -269,6 +269,9 @@ class Supervisor(MessageHandlers):
                 how = "CUDA fault"
             elif code == WORKER_INTERRUPTED_EXIT:
                 how = f"KeyboardInterrupt raised by the code it ran, exit {code}"
+            elif code == -signal.SIGKILL:  # the runner kills only hung workers (below)
+                how += (", not sent by the runner: the code it ran, another process, or the "
+                        "system's out-of-memory killer (see dmesg)")
             if not slot.ready:
                 # Dying before its first example is a setup problem: restarting repeats it.
                 self.fatal = f"worker {index} died during start-up ({how})"
