@@ -825,19 +825,14 @@ def test_ctrl_c_while_the_command_line_imports_torch_ends_with_one_line_and_130(
     130 and one line. (Before: a traceback from ``import c128a.cli``.)"""
     marker = tmp_path / "importing-torch"
     (tmp_path / "sitecustomize.py").write_text(STALL_TORCH_IMPORT.format(marker=str(marker)))
-    python_path = os.pathsep.join(
-        filter(None, [str(tmp_path), str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])
-    )
     child = subprocess.Popen(
-        [sys.executable, "-m", "c128a.cli", "fuzz", "--help"], cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": python_path}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        cli_command("fuzz", "--help"), cwd=tmp_path, env=child_environment(tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-            time.sleep(0.05)
+        wait_until(lambda: marker.exists() or child.poll() is not None, 60,
+                   "the child importing torch", interval=0.05)
+        assert child.poll() is None, child.communicate()
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)
     finally:
