@@ -31,8 +31,15 @@ from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches
 from ..strategies.budget import SizeBudget, size_budget
-from ..strategies.reach import MODEL_LENGTH_ONLY, ONE_BUILD, Exclusions, labels_of
+from ..strategies.reach import (
+    CONSUMER_REACH,
+    MODEL_LENGTH_ONLY,
+    ONE_BUILD,
+    Exclusions,
+    labels_of,
+)
 from .bad_input import check_rejects_bad_input
+from .consumers import check_consumers
 from .differential import check_adaptive_equals_full, check_idempotent, check_independent
 from .one_build import (
     check_matches_oracle,
@@ -193,6 +200,13 @@ def history_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]
     return batches(target, prior_widths=True, **_token_budget(max_tokens, budget, default=16))
 
 
+def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    """Engine steps of up to 32 tokens (consumers are launched per token,
+    some over a grid of 256 workers a request: no engine-scale steps under
+    the interpreter), the width the policy's or any other."""
+    return batches(target, **_token_budget(max_tokens, None))
+
+
 def model_lengths(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Only max_model_len and R matter; no tokens keeps the draw cheap.
     return batches(target, max_tokens=0, max_buffer_rows=8, geometries=True)
@@ -273,6 +287,7 @@ PROPERTIES: dict[str, Property] = {
         _property("other_geometries", _other_geometries, other_geometry_steps),
         _property("history_independent", check_history_independent, history_steps,
                   reach={}),
+        _property("consumers", check_consumers, consumer_steps, reach=CONSUMER_REACH),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""

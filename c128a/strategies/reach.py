@@ -322,6 +322,16 @@ MODEL_LENGTH_ONLY: Exclusions = MappingProxyType({
 """What ``width_policy`` does not reach: it reads only R and the model length."""
 
 
+CONSUMER_REACH: Exclusions = MappingProxyType({
+    WIDTH_HISTORY: None,
+    "tokens T": ("1,025-8,192", "above 8,192"),
+    "requests": ("17-256", "257-512"),
+    "elements T x W": ("1,048,577-8,388,608", "above 8,388,608"),
+})
+"""What the consumer pipeline does not reach: its steps have no history,
+and no engine-scale step (its consumers launch per token)."""
+
+
 def beyond_budget(budget) -> Exclusions:
     """The buckets a :class:`~c128a.strategies.budget.SizeBudget` keeps out
     of reach: builds of more elements than it allows (the GPU's budget

@@ -1,0 +1,65 @@
+"""Consumer faults: the oracle's builder, with one consumer of its views
+broken the way a kernel written for full-width, contiguous rows breaks."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import torch
+
+from ..contract import oracle
+from ..step.consumers import ORACLE_CONSUMERS, Consumer, ConsumerInputs
+from ..step.consumers import oracle_global_topk, oracle_mixed_sparse
+from .registry import MUTANTS, Mutant, _register
+
+
+def _replaced(name: str, run) -> tuple[Consumer, ...]:
+    return tuple(dataclasses.replace(c, run=run) if c.name == name else c
+                 for c in ORACLE_CONSUMERS)
+
+
+def consumer_mutant(description: str, bug_class: str, consumer: str):
+    """Register ``_consume_NAME(inputs)`` as mutant ``NAME``: the oracle's
+    builder, its consumer ``consumer`` replaced by the faulty one."""
+
+    def register(run):
+        name = run.__name__.removeprefix("_consume_")
+        target = types.SimpleNamespace(
+            build_c128a_topk_metadata=oracle.build_c128a_topk_metadata,
+            consumers=_replaced(consumer, run),
+        )
+        _register(Mutant(name, description, bug_class, ("consumers",), target))
+        return run
+
+    return register
+
+
+def _packed(view: torch.Tensor) -> torch.Tensor:
+    """``view``'s rows read at its packed stride (its width), from where it starts."""
+    return view.as_strided(tuple(view.shape), (view.shape[1], 1))
+
+
+@consumer_mutant(
+    "a prefill consumer (compute_global_topk_indices_and_lens) reads the prefill view at "
+    "its packed stride W, not its row stride C: right at W = C, rows 1 onward wrong below",
+    "packed stride",
+    "global_topk",
+)
+def _consume_global_topk_packed_stride(inputs: ConsumerInputs):
+    return oracle_global_topk(dataclasses.replace(inputs, prefill_local=_packed(inputs.prefill_local)))
+
+
+@consumer_mutant(
+    "the decode-first index matrix (build_flashinfer_mixed_sparse_indices) counts a decode "
+    "row's valid entries (>= 0) instead of reading decode_lens: trusts the -1 sentinel past "
+    "the lengths, so a padding token's row of real slot ids is attended",
+    "padding tokens",
+    "mixed_sparse",
+)
+def _consume_mixed_sparse_trusts_sentinel(inputs: ConsumerInputs):
+    counted = (inputs.global_decode >= 0).sum(dim=1).to(torch.int32)
+    return oracle_mixed_sparse(dataclasses.replace(inputs, decode_lens=counted))
+
+
+__all__ = ["MUTANTS", "consumer_mutant"]
