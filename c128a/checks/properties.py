@@ -29,9 +29,10 @@ from hypothesis.strategies import SearchStrategy
 
 from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
-from ..strategies import HISTORICAL_BATCHES, batches
+from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
 from ..strategies.budget import SizeBudget, size_budget
 from ..strategies.reach import (
+    COMPILE_KEY_REACH,
     CONSUMER_REACH,
     MODEL_LENGTH_ONLY,
     ONE_BUILD,
@@ -39,6 +40,7 @@ from ..strategies.reach import (
     labels_of,
 )
 from .bad_input import check_rejects_bad_input
+from .compile_keys import check_compile_keys, has_keyed_launchers
 from .consumers import check_consumers
 from .differential import check_adaptive_equals_full, check_idempotent, check_independent
 from .one_build import (
@@ -207,6 +209,23 @@ def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch
     return batches(target, **_token_budget(max_tokens, None))
 
 
+def engine_config_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    """Steps of one engine configuration each (a drawn max_model_len, the
+    engine's R and B), at the policy's width: what the warm-up is for."""
+    return max_model_lens().flatmap(
+        lambda model_len: batches(target, max_model_len=model_len, widths="policy",
+                                  **_token_budget(max_tokens, None)))
+
+
+def _needs_keyed_launchers(target) -> str | None:
+    if has_keyed_launchers(target):
+        return None
+    return (
+        f"target {target} launches nothing through a keyed launcher (a JIT-kernel class "
+        "declaring its warm-up keys): no compile keys to check on the CPU"
+    )
+
+
 def model_lengths(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Only max_model_len and R matter; no tokens keeps the draw cheap.
     return batches(target, max_tokens=0, max_buffer_rows=8, geometries=True)
@@ -288,6 +307,8 @@ PROPERTIES: dict[str, Property] = {
         _property("history_independent", check_history_independent, history_steps,
                   reach={}),
         _property("consumers", check_consumers, consumer_steps, reach=CONSUMER_REACH),
+        _property("compile_keys", check_compile_keys, engine_config_steps,
+                  unsupported=_needs_keyed_launchers, reach=COMPILE_KEY_REACH),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""

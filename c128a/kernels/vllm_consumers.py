@@ -117,9 +117,18 @@ def load_consumers(folder: Path) -> tuple[tuple[Consumer, ...], dict[str, str]]:
 # ---------------------------------------------------------------- calls as vLLM's backends make them
 
 
+def _no_prefill(i: ConsumerInputs):
+    """What a prefill consumer publishes in a step without prefill tokens:
+    nothing (the backends run their prefill path only for prefill tokens)."""
+    empty = i.prefill_local[:0]
+    return empty, i.decode_lens[:0]
+
+
 def _global_topk(function, launchers) -> Consumer:
     def run(i: ConsumerInputs):
         d = i.num_decode_tokens
+        if i.prefill_local.shape[0] == 0:
+            return _no_prefill(i)
         return function(
             i.prefill_local, i.token_requests[d:], i.compressed_block_table, i.block_size,
             i.is_valid_token[d:],
@@ -156,9 +165,14 @@ def _mixed_sparse(function, launchers) -> Consumer:
 def _combine_swa(function, launchers) -> Consumer:
     def run(i: ConsumerInputs):
         d = i.num_decode_tokens
+        if i.prefill_local.shape[0] == 0:
+            return _no_prefill(i)
         seq_lens = i.seq_lens[d:]
+        # The whole sequence gathered, in a tensor of its own (as the
+        # backend's gather_lens is).
+        gather_lens = seq_lens.clone()
         return function(
-            i.prefill_local, i.query_start_loc[d:] , seq_lens, seq_lens, WINDOW_SIZE,
+            i.prefill_local, i.query_start_loc[d:], seq_lens, gather_lens, WINDOW_SIZE,
             i.compress_ratio, int(i.prefill_local.shape[1]), GATHER_STRIDE, GATHER_OFFSET,
         )
 

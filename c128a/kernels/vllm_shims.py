@@ -132,7 +132,13 @@ class VllmTritonJitKernel(Generic[CompileKeyT]):
         whose value is a tuple, list or :class:`WarmupIntRange` contributes
         one of its values (an empty one: no keys at all), any other value
         itself; each positional :func:`zip_inputs` contributes one of its
-        keyword groups. The keys, duplicates dropped, in order."""
+        keyword groups. A parameter of ``dispatch`` given no value gets None
+        (one it never reads: vLLM expands only the inputs a dispatch reads).
+        The keys, duplicates dropped, in order."""
+        required = [
+            p.name for p in inspect.signature(dispatch).parameters.values()
+            if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
 
         def traced(*groups, **keywords) -> list:
             axes: list[list[dict]] = []
@@ -145,7 +151,7 @@ class VllmTritonJitKernel(Generic[CompileKeyT]):
                     axes.append([{name: value}])
             keys: list = []
             for combination in itertools.product(*axes):
-                arguments: dict = {}
+                arguments: dict = dict.fromkeys(required)
                 for part in combination:
                     arguments.update(part)
                 key = dispatch(**arguments)

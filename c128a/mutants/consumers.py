@@ -1,9 +1,11 @@
-"""Consumer faults: the oracle's builder, with one consumer of its views
-broken the way a kernel written for full-width, contiguous rows breaks."""
+"""Consumer and launch-key faults: the oracle's builder with one consumer of
+its views broken the way a kernel written for full-width, contiguous rows
+breaks; and a keyed launcher whose warm-up keys ignore a stride."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import types
 
 import torch
@@ -63,3 +65,31 @@ def _consume_mixed_sparse_trusts_sentinel(inputs: ConsumerInputs):
 
 
 __all__ = ["MUTANTS", "consumer_mutant"]
+
+
+class _KernelNamespace:
+    """A target namespace that lives with the kernels (it imports Triton):
+    imported by name on first use, after the device is chosen."""
+
+    def __init__(self, module: str, attribute: str):
+        self._where = (module, attribute)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        module, attribute = self._where
+        return getattr(getattr(importlib.import_module(module), attribute), name)
+
+    def __repr__(self) -> str:
+        return "{}:{}".format(*self._where)
+
+
+_register(Mutant(
+    "stride_blind_keys",
+    "a builder launched through a keyed launcher (c128a.kernels.keyed) whose kernel "
+    "specialises on the row strides, while its warm-up keys take the row stride to be the "
+    "width: every launch below W = C compiles during inference",
+    "recompilation mid-inference",
+    ("compile_keys",),
+    _KernelNamespace("c128a.kernels.keyed", "stride_blind"),
+))

@@ -131,11 +131,14 @@ def build_machine(
     check_invariants: bool = True,
     check_window: bool = True,
     max_model_len: int | None = None,
+    on_step=None,
 ):
     """:func:`serving_loop_machine` with knobs for the suite's own tests:
     ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
     and ``check_window=False`` skips the index-window comparison, so that a
-    test can show which replay check catches a fault on its own.
+    test can show which replay check catches a fault on its own;
+    ``on_step(batch, description)``, where given, sees each step before it
+    is built (the compile-key check, :mod:`c128a.checks.compile_keys`).
     ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
 
     The engine is captured once per machine class; each run starts from the
@@ -273,7 +276,10 @@ def build_machine(
                 self._cover(request, request.length + count)
 
             batch = self.harness.pad(self._batch(decode, prefill))
-            note(f"[{cause}] " + self._describe(batch, decode, prefill))
+            description = f"[{cause}] " + self._describe(batch, decode, prefill)
+            note(description)
+            if on_step is not None:
+                on_step(batch, description)
             outcome = self.harness.run_step(batch)
             self._observe(outcome)
 

@@ -73,9 +73,12 @@ class ConsumerInputs:
         positions = torch.tensor(batch.positions, dtype=torch.int64)
         r, b = batch.compress_ratio, batch.block_size
         longest = int(positions.max()) + 1 if t else 1
-        lists = min(longest // r, batch.capacity) + 1  # the same at every W
-        compressed = _table(t, -(-lists // b), salt=11)
-        swa = _table(t, -(-longest // SWA_BLOCK_SIZE), salt=29)
+        lists = min(longest // r, batch.capacity)  # the same at every W
+        # As wide as an engine's block table (a page per 256 tokens of
+        # max_model_len): its row stride is part of a consumer's compile key.
+        engine_pages = -(-batch.max_model_len // (r * b))
+        compressed = _table(t, max(-(-lists // b), engine_pages), salt=11)
+        swa = _table(t, max(-(-longest // SWA_BLOCK_SIZE), engine_pages), salt=29)
         columns = torch.arange(WINDOW_SIZE)
         decode_positions = positions[:d, None]
         decode_swa = torch.where(

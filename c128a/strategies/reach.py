@@ -332,6 +332,17 @@ CONSUMER_REACH: Exclusions = MappingProxyType({
 and no engine-scale step (its consumers launch per token)."""
 
 
+COMPILE_KEY_REACH: Exclusions = MappingProxyType({
+    **CONSUMER_REACH,
+    "block size B": ("1", "power of two 4-128", "not a power of two", "above 128"),
+    "compress ratio R": ("1", "power of two 2-64", "power of two above 128", "not a power of two"),
+    "float32 division by R": ("floors a token's length wrong",),
+    "float32 division by B": ("floors a column's page wrong",),
+})
+"""What the compile-key check does not reach: as the consumer pipeline, and
+only the engine's configuration (R = 128, B = 2, the policy's widths)."""
+
+
 def beyond_budget(budget) -> Exclusions:
     """The buckets a :class:`~c128a.strategies.budget.SizeBudget` keeps out
     of reach: builds of more elements than it allows (the GPU's budget

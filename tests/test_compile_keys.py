@@ -1,0 +1,145 @@
+"""Every launch's compile key among those its warm-up compiles (marker ``compile_keys``).
+
+On the CPU: the ``compile_keys`` property on the selected target, over
+drawn engine steps and over every step of the serving-loop machine; a
+released vLLM's known finding is still found, readable, and saved as a case
+that replays; the stride-blind launcher is killed and the correctly keyed
+one survives. (The GPU side, counting compiled variants, is
+``tests/test_recompile.py``.)
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from c128a.checks import PROPERTIES
+from c128a.checks.compile_keys import check_compile_keys, has_keyed_launchers
+from c128a.failures import ContractViolation, InvariantViolation
+from c128a.replay import build_machine
+from c128a.runners.cases import load_case, new_case, write_case
+from c128a.runners.killmatrix import ci_settings, run_property
+from c128a.targets import load_target
+
+pytestmark = pytest.mark.compile_keys
+
+KEYED = "c128a.kernels.keyed:target"
+STRIDE_BLIND = "c128a.mutants:stride_blind_keys"
+KNOWN_FINDINGS = {
+    version: ("consumer global_topk", "ComputeGlobalTopkIndicesAndLensKernel",
+              "topk_indices_stride")
+    for version in ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
+}
+"""vLLM release -> (who launches, the kernel, the parameter) of the miss the
+check finds there (README, "Findings in released vLLM")."""
+MACHINE_SETTINGS = settings(max_examples=3, stateful_step_count=12, deadline=None,
+                            suppress_health_check=list(HealthCheck), database=None)
+MACHINE_MODEL_LEN = 81_920
+
+
+def _keyed_or_skip(target):
+    if not has_keyed_launchers(target):
+        pytest.skip(PROPERTIES["compile_keys"].unsupported(target))
+
+
+def _release(target) -> str | None:
+    spec = str(target.spec)
+    return spec.removeprefix("vllm-release:") if spec.startswith("vllm-release:") else None
+
+
+def test_compile_keys_property(c128a_target, c128a_device):
+    _keyed_or_skip(c128a_target)
+    PROPERTIES["compile_keys"].test(c128a_target, c128a_device)()
+
+
+def test_compile_keys_over_the_serving_loop(c128a_target, c128a_device):
+    _keyed_or_skip(c128a_target)
+    run_state_machine_as_test(_keys_machine(c128a_target, c128a_device),
+                              settings=MACHINE_SETTINGS)
+
+
+def _keys_machine(target, device, saved=None):
+    def on_step(batch, description):
+        try:
+            check_compile_keys(target, batch, device, step=description)
+        except ContractViolation as exc:
+            if saved is not None:
+                saved.append((batch, str(exc)))
+            raise
+
+    return build_machine(target, device, check_invariants=False, check_window=False,
+                         max_model_len=MACHINE_MODEL_LEN, on_step=on_step)
+
+
+def test_known_finding_is_still_found(c128a_target, c128a_device, tmp_path):
+    """The release's miss: named (who, kernel, parameter, warmed values,
+    step), saved as a case, and the case replays to the same failure."""
+    release = _release(c128a_target)
+    if release not in KNOWN_FINDINGS:
+        pytest.skip(f"no known compile-key finding for target {c128a_target}")
+    who, kernel, parameter = KNOWN_FINDINGS[release]
+    prop = PROPERTIES["compile_keys"]
+    failing = []
+
+    def around(batch, run):
+        try:
+            run()
+        except InvariantViolation as exc:
+            failing.append((batch, str(exc)))
+            raise
+
+    with pytest.raises(InvariantViolation):
+        prop.test(c128a_target, c128a_device, settings=ci_settings(20), around=around)()
+    batch, message = failing[0]
+    for part in (who, kernel, parameter, "is warmed only with", "W=", "capacity="):
+        assert part in message, (part, message)
+    path, _ = write_case(new_case(property="compile_keys", target=str(c128a_target.spec),
+                                  kind="failure", failure=message, batch=batch,
+                                  device=str(c128a_device)), tmp_path)
+    case = load_case(path)
+    with pytest.raises(InvariantViolation, match=parameter):
+        prop.replay(c128a_target, case.batch, c128a_device)
+
+
+def test_known_finding_shows_in_the_serving_loop(c128a_target, c128a_device):
+    release = _release(c128a_target)
+    if release not in KNOWN_FINDINGS:
+        pytest.skip(f"no known compile-key finding for target {c128a_target}")
+    saved = []
+    with pytest.raises(InvariantViolation):
+        run_state_machine_as_test(_keys_machine(c128a_target, c128a_device, saved),
+                                  settings=MACHINE_SETTINGS)
+    assert "; step: [" in saved[-1][1] and "step " in saved[-1][1], saved[-1][1]
+
+
+def test_stride_blind_launcher_is_killed(c128a_device):
+    outcome = run_property(PROPERTIES["compile_keys"], load_target(STRIDE_BLIND), c128a_device,
+                           ci_settings(10))
+    assert outcome.killed, outcome.cell()
+    assert "DECODE_STRIDE = constexpr" in outcome.message, outcome.message
+
+
+def test_keyed_target_survives(c128a_device):
+    outcome = run_property(PROPERTIES["compile_keys"], load_target(KEYED), c128a_device,
+                           ci_settings(25))
+    assert not outcome.killed and not outcome.errored, outcome.message
+
+
+def test_stride_blind_launcher_is_killed_in_the_serving_loop(c128a_device):
+    saved = []
+    with pytest.raises(InvariantViolation):
+        run_state_machine_as_test(_keys_machine(load_target(STRIDE_BLIND), c128a_device, saved),
+                                  settings=MACHINE_SETTINGS)
+    batch, message = saved[-1]
+    assert "DECODE_STRIDE" in message and "; step: [" in message, message
+
+
+def test_keyed_target_survives_the_serving_loop(c128a_device):
+    run_state_machine_as_test(_keys_machine(load_target(KEYED), c128a_device),
+                              settings=MACHINE_SETTINGS)
+
+
+def test_a_target_without_keyed_launchers_is_named(c128a_device):
+    reason = PROPERTIES["compile_keys"].unsupported(load_target("triton"))
+    assert reason is not None and "keyed launcher" in reason
