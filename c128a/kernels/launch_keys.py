@@ -153,3 +153,35 @@ def runtime_keys(call: Callable[[], Any]) -> list[tuple[Any, LaunchKey]]:
     with vllm_shims.observed_launches(run=False) as records:
         call()
     return [(r.launcher, launch_key(r.kernel, r.arguments)) for r in records if r.grid is not None]
+
+
+def _materialised(value, device):
+    """A placeholder tensor as a real one on ``device`` (its shape, strides
+    and dtype; one element past a 16-byte boundary where it is unaligned)."""
+    if not isinstance(value, vllm_shims.TritonWarmupTensor):
+        return value
+    import torch
+
+    shape, strides = value.shape, value.stride()
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
+    unaligned = value.data_ptr() % 16 != 0
+    storage = torch.empty(extent + 16, dtype=value.dtype, device=device)
+    return storage.as_strided(shape, strides, 1 if unaligned else 0)
+
+
+def warm_up(launcher, vllm_config, device) -> int:
+    """Compile, with Triton's ``warmup`` (nothing runs), the launch of each
+    key ``launcher``'s warm-up declares for ``vllm_config``, placeholders
+    made real tensors on ``device``; how many launches it compiled."""
+    count = 0
+    for compile_key in launcher.get_warmup_keys(vllm_config):
+        inputs = {name: _materialised(value, device)
+                  for name, value in launcher.warmup_inputs(compile_key).items()}
+        (grid, given, *_), inputs = _launch_spec(launcher, inputs)
+        kernel = given.get("kernel") or launcher.kernel
+        given = {name: value for name, value in given.items() if name != "kernel"}
+        if getattr(launcher, "bind_launch_inputs", True):
+            given = vllm_shims._bind(vllm_shims._parameters(kernel), inputs, given)
+        kernel.warmup(grid=grid, **given)
+        count += 1
+    return count

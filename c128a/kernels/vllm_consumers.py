@@ -38,7 +38,7 @@ from ..step.consumers import (
     ConsumerInputs,
     mixed_topk,
 )
-from . import vllm_release
+from . import INTERPRETED, vllm_release
 from .vllm_release import ExtractError
 
 CACHE_UTILS = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
@@ -162,7 +162,20 @@ def _mixed_sparse(function, launchers) -> Consumer:
                     "lengths and the prefill view", launchers)
 
 
+INTERPRETED_WORKERS = 4
+"""``combine_topk_swa_indices``'s workers a request under Triton's
+interpreter (vLLM launches 256): a worker strides over its request's
+tokens, and every consumer request here has one, so the result does not
+depend on it (nor does the compile key); each program costs the interpreter
+milliseconds."""
+
+
 def _combine_swa(function, launchers) -> Consumer:
+    if INTERPRETED:
+        for launcher in launchers:
+            if hasattr(type(launcher), "NUM_WORKERS"):
+                launcher.NUM_WORKERS = INTERPRETED_WORKERS
+
     def run(i: ConsumerInputs):
         d = i.num_decode_tokens
         if i.prefill_local.shape[0] == 0:
