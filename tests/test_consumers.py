@@ -1,10 +1,10 @@
 """The views fed to the consumers an engine runs on them (marker ``consumers``).
 
-The ``consumers`` property on the selected target (its own consumers:
-vLLM's four for ``vllm-release:``, the oracle's for the project's
-targets); each consumer a release lacks skips, naming it; the consumer
-mutants are killed and the project's targets survive; a wheel without a
-consumer loads with that consumer named as missing.
+The ``consumers`` and ``consumers_replay`` properties on the selected
+target (its own consumers: vLLM's four for ``vllm-release:``, the oracle's
+for the project's targets); each consumer a release lacks skips, naming it;
+the consumer mutants are killed and the project's targets survive; a wheel
+without a consumer loads with that consumer named as missing.
 """
 
 from __future__ import annotations
@@ -22,12 +22,16 @@ from c128a.targets import load_target
 
 pytestmark = pytest.mark.consumers
 
-CONSUMER_MUTANTS = [name for name, m in MUTANTS.items() if m.killed_by == ("consumers",)]
+CONSUMER_MUTANTS = [name for name, m in MUTANTS.items() if "consumers" in m.killed_by]
 MATRIX_EXAMPLES = 10
 
 
-def test_consumers_property(c128a_target, c128a_device):
-    PROPERTIES["consumers"].test(c128a_target, c128a_device)()
+PIPELINE = ("consumers", "consumers_replay")
+
+
+@pytest.mark.parametrize("name", PIPELINE)
+def test_pipeline_property(c128a_target, c128a_device, name):
+    PROPERTIES[name].test(c128a_target, c128a_device)()
 
 
 @pytest.mark.parametrize("name", CONSUMER_NAMES)
@@ -38,21 +42,23 @@ def test_target_has_consumer(c128a_target, name):
     assert name in [c.name for c in consumers_of(c128a_target)]
 
 
-def _outcome(target, device):
-    row = kill_matrix([target], device, {"consumers": PROPERTIES["consumers"]}, MATRIX_EXAMPLES)
-    return row[str(target.spec)]["consumers"]
+def _outcomes(target, device, names):
+    properties = {name: PROPERTIES[name] for name in names}
+    return kill_matrix([target], device, properties, MATRIX_EXAMPLES)[str(target.spec)]
 
 
 @pytest.mark.parametrize("name", CONSUMER_MUTANTS)
 def test_consumer_mutant_is_killed(c128a_device, name):
-    outcome = _outcome(load_target(f"c128a.mutants:{name}"), c128a_device)
-    assert outcome.killed, f"mutant {name} ({MUTANTS[name].description}) survived: {outcome.cell()}"
+    mutant = MUTANTS[name]
+    for prop, outcome in _outcomes(load_target(mutant.spec), c128a_device,
+                                   mutant.killed_by).items():
+        assert outcome.killed, f"mutant {name} ({mutant.description}) survived {prop}: {outcome.cell()}"
 
 
 @pytest.mark.parametrize("spec", ["triton", "reference-inert"])
 def test_correct_target_survives(c128a_device, spec):
-    outcome = _outcome(load_target(spec), c128a_device)
-    assert not outcome.killed and not outcome.errored, outcome.message
+    for prop, outcome in _outcomes(load_target(spec), c128a_device, PIPELINE).items():
+        assert not outcome.killed and not outcome.errored, (prop, outcome.message)
 
 
 def test_there_is_a_mutant_of_each_kind():

@@ -1,4 +1,5 @@
-"""Pipeline checks: a build's views fed to the consumers an engine runs on them.
+"""Pipeline checks: a build's views fed to the consumers an engine runs on them,
+eagerly and as captured in a CUDA graph.
 
 What a consumer *publishes* is what a downstream attention kernel may read:
 per row its length, and the leading columns within that length
@@ -11,11 +12,13 @@ views, and what the oracle's consumer publishes fed the oracle's views.
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from ..contract import SLOTS
 from ..failures import InvariantViolation, call_target
-from ..step import Batch, BuildResult, build, oracle_build
+from ..step import Batch, Buffers, BuildResult, build, oracle_build
 from ..step.consumers import ORACLE_CONSUMERS, PREFILL_TOKENS, Consumer, ConsumerInputs
 from .diff import setting, token, window
 
@@ -40,14 +43,17 @@ def published(consumer: Consumer, result: BuildResult, invariant: str = NAME):
 
 
 def compare_published(consumer: Consumer, batch: Batch, actual, expected, what: str,
-                      invariant: str = NAME, real_tokens_only: bool = False) -> None:
+                      invariant: str = NAME, real_tokens_only: bool = False,
+                      decode_rows_only: bool = False) -> None:
     """Raise unless ``actual`` publishes what ``expected`` does: the same
     length per row and the same values within it (the whole of
     ``actual``'s rows where there are no lengths); with
-    ``real_tokens_only``, rows of padding tokens (slot < 0) are left out."""
+    ``real_tokens_only``, rows of padding tokens (slot < 0) are left out,
+    with ``decode_rows_only`` the rows of prefill tokens."""
     (indices, lens), (want, want_lens) = actual, expected
     first = batch.num_decode_tokens if consumer.rows == PREFILL_TOKENS else 0
-    rows = batch.num_tokens - first
+    last = batch.num_decode_tokens if decode_rows_only else batch.num_tokens
+    rows = max(last - first, 0)
     head = f"consumer {consumer.name} ({consumer.doc}), {what}"
     for name, tensor in (("indices", indices), ("lengths", lens)):
         if tensor is not None and tensor.shape[0] < rows:
@@ -102,3 +108,62 @@ def check_consumers(target, batch: Batch, device) -> None:
         compare_published(consumer, batch, from_adaptive, published(reference, expected),
                           f"fed the adaptive views against the oracle's consumer fed the "
                           f"oracle's views (W={batch.width})")
+
+
+REPLAY = "consumers_replay"
+STALE_SLOT = 1 << 20
+"""What an earlier, wider step left in the columns a narrower one does not
+write (a real slot id: not the -1 sentinel)."""
+
+
+def _capture(consumer: Consumer, inputs: ConsumerInputs):
+    """``consumer`` launched on the capture-time ``inputs``: (its outputs, a
+    function that replays the launch as captured). A consumer with keyed
+    launchers replays its recorded kernel launches (their pointers, strides
+    and constants, as a CUDA graph holds them); any other is called again
+    on the capture-time views, which read the buffers as they are now."""
+    launches = importlib.import_module("c128a.kernels.vllm_shims") if consumer.launchers else None
+    if launches is None:
+        outputs = call_target(REPLAY, f"consumer {consumer.name}", consumer, inputs)
+        return lambda: call_target(REPLAY, f"consumer {consumer.name}", consumer, inputs)
+    with launches.observed_launches() as records:
+        outputs = call_target(REPLAY, f"consumer {consumer.name}", consumer, inputs)
+
+    def replay():
+        for record in records:
+            if record.grid is not None:
+                record.kernel[record.grid](**record.arguments)
+        return outputs
+
+    return replay
+
+
+def check_consumers_replayed(target, batch: Batch, device) -> None:
+    """Invariant: a decode consumer captured on the capture build's views
+    (W = C, as the engine captures its FULL CUDA graphs) and replayed after
+    a build at the step's W, into buffers whose columns [W, C) hold an
+    earlier step's slot ids, publishes what the oracle's consumer publishes
+    fed the oracle's views at W, in every decode token's row (a graph holds
+    decode-only steps). A consumer that trusts the -1 past the lengths
+    reads those stale slot ids."""
+    buffers = Buffers.for_batch(batch, device)
+    capture = build(target, batch, device, width=batch.capacity, buffers=buffers)
+    inputs = ConsumerInputs.from_build(capture)
+    replays = [(consumer, _capture(consumer, inputs)) for consumer in consumers_of(target)
+               if consumer.name in REPLAYED]
+    d = batch.num_decode_tokens
+    buffers.global_decode[:d].fill_(STALE_SLOT)  # the earlier step's rows
+    build(target, batch, device, buffers=buffers)
+    expected = oracle_build(batch, "cpu", padding_rows=getattr(target, "padding_rows", SLOTS))
+    for consumer, replay in replays:
+        indices, lens = replay()
+        actual = (indices.cpu(), None if lens is None else lens.cpu())
+        compare_published(consumer, batch, actual, published(oracle_consumer(consumer.name),
+                                                             expected, REPLAY),
+                          f"captured at W=C={batch.capacity} and replayed after a build at "
+                          f"W={batch.width}", REPLAY, decode_rows_only=True)
+
+
+REPLAYED = ("mixed_sparse",)
+"""The consumers an engine captures in its FULL CUDA graphs (decode-only
+steps): FlashInfer's decode-first index matrix."""

@@ -35,13 +35,14 @@ from ..strategies.reach import (
     COMPILE_KEY_REACH,
     CONSUMER_REACH,
     MODEL_LENGTH_ONLY,
+    REPLAY_REACH,
     ONE_BUILD,
     Exclusions,
     labels_of,
 )
 from .bad_input import check_rejects_bad_input
 from .compile_keys import check_compile_keys, has_keyed_launchers
-from .consumers import check_consumers
+from .consumers import check_consumers, check_consumers_replayed
 from .differential import check_adaptive_equals_full, check_idempotent, check_independent
 from .one_build import (
     check_matches_oracle,
@@ -209,6 +210,13 @@ def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch
     return batches(target, **_token_budget(max_tokens, None))
 
 
+def decode_only_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    """Decode-only steps (what an engine replays through its FULL CUDA
+    graphs), as :func:`consumer_steps` otherwise."""
+    return batches(target, min_decode_requests=1, max_prefill_requests=0,
+                   **_token_budget(max_tokens, None))
+
+
 def engine_config_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Steps of one engine configuration each (a drawn max_model_len, the
     engine's R and B), at the policy's width: what the warm-up is for."""
@@ -307,6 +315,8 @@ PROPERTIES: dict[str, Property] = {
         _property("history_independent", check_history_independent, history_steps,
                   reach={}),
         _property("consumers", check_consumers, consumer_steps, reach=CONSUMER_REACH),
+        _property("consumers_replay", check_consumers_replayed, decode_only_steps,
+                  reach=REPLAY_REACH),
         _property("compile_keys", check_compile_keys, engine_config_steps,
                   unsupported=_needs_keyed_launchers, reach=COMPILE_KEY_REACH),
     )

@@ -21,7 +21,8 @@ def _replaced(name: str, run) -> tuple[Consumer, ...]:
                  for c in ORACLE_CONSUMERS)
 
 
-def consumer_mutant(description: str, bug_class: str, consumer: str):
+def consumer_mutant(description: str, bug_class: str, consumer: str,
+                    killed_by: tuple[str, ...] = ("consumers",)):
     """Register ``_consume_NAME(inputs)`` as mutant ``NAME``: the oracle's
     builder, its consumer ``consumer`` replaced by the faulty one."""
 
@@ -31,7 +32,7 @@ def consumer_mutant(description: str, bug_class: str, consumer: str):
             build_c128a_topk_metadata=oracle.build_c128a_topk_metadata,
             consumers=_replaced(consumer, run),
         )
-        _register(Mutant(name, description, bug_class, ("consumers",), target))
+        _register(Mutant(name, description, bug_class, killed_by, target))
         return run
 
     return register
@@ -55,9 +56,11 @@ def _consume_global_topk_packed_stride(inputs: ConsumerInputs):
 @consumer_mutant(
     "the decode-first index matrix (build_flashinfer_mixed_sparse_indices) counts a decode "
     "row's valid entries (>= 0) instead of reading decode_lens: trusts the -1 sentinel past "
-    "the lengths, so a padding token's row of real slot ids is attended",
+    "the lengths, so a padding token's row of real slot ids is attended, and a row "
+    "replayed at the capture-time width reads stale slot ids past W",
     "padding tokens",
     "mixed_sparse",
+    ("consumers", "consumers_replay"),
 )
 def _consume_mixed_sparse_trusts_sentinel(inputs: ConsumerInputs):
     counted = (inputs.global_decode >= 0).sum(dim=1).to(torch.int32)

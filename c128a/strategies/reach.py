@@ -332,6 +332,12 @@ CONSUMER_REACH: Exclusions = MappingProxyType({
 and no engine-scale step (its consumers launch per token)."""
 
 
+REPLAY_REACH: Exclusions = MappingProxyType({
+    **CONSUMER_REACH,
+})
+"""What the captured consumer replay does not reach: as the consumer
+pipeline, and decode-only steps (those an engine replays in a graph)."""
+
 COMPILE_KEY_REACH: Exclusions = MappingProxyType({
     **CONSUMER_REACH,
     "block size B": ("1", "power of two 4-128", "not a power of two", "above 128"),
