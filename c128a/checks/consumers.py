@@ -111,23 +111,27 @@ def check_consumers(target, batch: Batch, device) -> None:
 
 
 REPLAY = "consumers_replay"
+SHIMS_MODULE = "c128a.kernels.vllm_shims"
 STALE_SLOT = 1 << 20
 """What an earlier, wider step left in the columns a narrower one does not
 write (a real slot id: not the -1 sentinel)."""
 
 
 def _capture(consumer: Consumer, inputs: ConsumerInputs):
-    """``consumer`` launched on the capture-time ``inputs``: (its outputs, a
-    function that replays the launch as captured). A consumer with keyed
+    """``consumer`` launched on the capture-time ``inputs``, and a function
+    that replays that launch as captured and returns what it publishes. A
+    consumer with keyed
     launchers replays its recorded kernel launches (their pointers, strides
     and constants, as a CUDA graph holds them); any other is called again
     on the capture-time views, which read the buffers as they are now."""
-    launches = importlib.import_module("c128a.kernels.vllm_shims") if consumer.launchers else None
-    if launches is None:
-        outputs = call_target(REPLAY, f"consumer {consumer.name}", consumer, inputs)
-        return lambda: call_target(REPLAY, f"consumer {consumer.name}", consumer, inputs)
-    with launches.observed_launches() as records:
-        outputs = call_target(REPLAY, f"consumer {consumer.name}", consumer, inputs)
+    what = f"consumer {consumer.name}"
+    if not consumer.launchers:
+        call_target(REPLAY, what, consumer, inputs)
+        return lambda: call_target(REPLAY, what, consumer, inputs)
+    # The kernels' package imports Triton: loaded by name, after the device is chosen.
+    shims = importlib.import_module(SHIMS_MODULE)
+    with shims.observed_launches() as records:
+        outputs = call_target(REPLAY, what, consumer, inputs)
 
     def replay():
         for record in records:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+import torch
 import triton
 
 from ..step.consumers import (
@@ -195,8 +196,6 @@ def _combine_swa(function, launchers) -> Consumer:
 
 def _short_context_fill(kernel, launchers) -> Consumer:
     def run(i: ConsumerInputs):
-        import torch
-
         t = int(i.positions.shape[0])
         output = torch.empty((t, i.width), dtype=torch.int32, device=i.positions.device)
         if t:

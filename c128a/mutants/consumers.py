@@ -13,7 +13,7 @@ import torch
 from ..contract import oracle
 from ..step.consumers import ORACLE_CONSUMERS, Consumer, ConsumerInputs
 from ..step.consumers import oracle_global_topk, oracle_mixed_sparse
-from .registry import MUTANTS, Mutant, _register
+from .registry import Mutant, register
 
 
 def _replaced(name: str, run) -> tuple[Consumer, ...]:
@@ -26,16 +26,16 @@ def consumer_mutant(description: str, bug_class: str, consumer: str,
     """Register ``_consume_NAME(inputs)`` as mutant ``NAME``: the oracle's
     builder, its consumer ``consumer`` replaced by the faulty one."""
 
-    def register(run):
+    def add(run):
         name = run.__name__.removeprefix("_consume_")
         target = types.SimpleNamespace(
             build_c128a_topk_metadata=oracle.build_c128a_topk_metadata,
             consumers=_replaced(consumer, run),
         )
-        _register(Mutant(name, description, bug_class, killed_by, target))
+        register(Mutant(name, description, bug_class, killed_by, target))
         return run
 
-    return register
+    return add
 
 
 def _packed(view: torch.Tensor) -> torch.Tensor:
@@ -67,7 +67,7 @@ def _consume_mixed_sparse_trusts_sentinel(inputs: ConsumerInputs):
     return oracle_mixed_sparse(dataclasses.replace(inputs, decode_lens=counted))
 
 
-__all__ = ["MUTANTS", "consumer_mutant"]
+__all__ = ["consumer_mutant"]
 
 
 class _KernelNamespace:
@@ -87,7 +87,7 @@ class _KernelNamespace:
         return "{}:{}".format(*self._where)
 
 
-_register(Mutant(
+register(Mutant(
     "stride_blind_keys",
     "a builder launched through a keyed launcher (c128a.kernels.keyed) whose kernel "
     "specialises on the row strides, while its warm-up keys take the row stride to be the "
