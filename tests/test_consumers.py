@@ -90,6 +90,25 @@ def test_a_consumer_missing_from_a_release_is_named(tmp_path, monkeypatch):
                                                   "short_context_fill"]
 
 
+def test_a_release_without_the_consumers_file_names_each(tmp_path, monkeypatch):
+    """A wheel with no cache_utils.py: its three consumers are named as
+    missing, with the file, and a second load finds the cache current."""
+    source = _cached_wheel("0.34.0")
+    wheel = tmp_path / "wheels" / source.name
+    wheel.parent.mkdir()
+    member = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(wheel, "w") as new:
+        for name in old.namelist():
+            if name.startswith("vllm/models/deepseek_v4/") and name.endswith(".py") \
+                    and name != member:
+                new.writestr(name, old.read(name))
+    monkeypatch.setenv("C128A_CACHE", str(tmp_path / "cache"))
+    for _ in range(2):
+        gaps = dict(load_target(f"vllm-release:{wheel}").consumer_gaps)
+        assert set(gaps) == {"global_topk", "mixed_sparse", "combine_swa"}, gaps
+        assert all(member in reason and "not in" in reason for reason in gaps.values()), gaps
+
+
 def _cached_wheel(version: str):
     from c128a.targets.vllm_release import cache_folder
 

@@ -68,6 +68,13 @@ def write_extracts(wheel: Path, folder: Path, header: dict[str, str]) -> dict[st
         for source, (file_name, consumers) in SOURCES.items():
             roots = tuple(name for names_of in consumers.values() for name in names_of)
             if source not in names:
+                # An extract of nothing, its header naming what is missing:
+                # the cache stays current and the load names each gap.
+                lines = {**header, vllm_release.FORMAT_KEY: vllm_release.EXTRACT_FORMAT,
+                         "source": f"{source} (not in {wheel.name})",
+                         "missing": ", ".join(roots)}
+                text = "".join(f"{vllm_release.HEADER_PREFIX}{k}: {v}\n" for k, v in lines.items())
+                vllm_release.write_extract(vllm_release.Extract(text, (), (), ()), folder / file_name)
                 for consumer, known in consumers.items():
                     gaps[consumer] = f"{wheel.name} has no {source} (for {known[0]})"
                 continue
@@ -109,7 +116,8 @@ def load_consumers(folder: Path) -> tuple[tuple[Consumer, ...], dict[str, str]]:
         for consumer, names in consumers.items():
             function = _function(module, names) if module is not None else None
             if function is None:
-                gaps[consumer] = reason or f"the release defines no {' or '.join(names)} in {source}"
+                where = vllm_release.read_header(path).get("source", source)
+                gaps[consumer] = reason or f"the release defines no {' or '.join(names)} in {where}"
                 continue
             loaded.append(_ADAPTERS[consumer](function, vllm_release._launchers_named(module, function)))
     return tuple(loaded), gaps

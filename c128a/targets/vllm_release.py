@@ -12,6 +12,10 @@ function needs, verbatim, beside stand-ins for the rest of vLLM
 the extract alone, so a cache folder copied to a machine without a package
 registry (a GPU host) works there as it is.
 
+Beside it go the extracts of the consumers of the builder's views that the
+same release ships (:mod:`c128a.kernels.vllm_consumers`); one the release
+lacks is named in the target's ``consumer_gaps``.
+
 ``vllm-release:PATH`` names a wheel, a source file defining the function, an
 extract, or a folder holding an extract or one wheel.
 
