@@ -120,10 +120,11 @@ def test_stride_blind_launcher_is_killed(c128a_device):
     assert "DECODE_STRIDE = constexpr" in outcome.message, outcome.message
 
 
-def test_keyed_target_survives(c128a_device):
-    outcome = run_property(PROPERTIES["compile_keys"], load_target(KEYED), c128a_device,
+@pytest.mark.parametrize("spec", [KEYED, "triton", "triton-inert"])
+def test_keyed_target_survives(c128a_device, spec):
+    outcome = run_property(PROPERTIES["compile_keys"], load_target(spec), c128a_device,
                            ci_settings(25))
-    assert not outcome.killed and not outcome.errored, outcome.message
+    assert not outcome.killed and not outcome.errored and not outcome.unsupported, outcome.message
 
 
 def test_stride_blind_launcher_is_killed_in_the_serving_loop(c128a_device):
@@ -141,5 +142,5 @@ def test_keyed_target_survives_the_serving_loop(c128a_device):
 
 
 def test_a_target_without_keyed_launchers_is_named(c128a_device):
-    reason = PROPERTIES["compile_keys"].unsupported(load_target("triton"))
+    reason = PROPERTIES["compile_keys"].unsupported(load_target("reference"))
     assert reason is not None and "keyed launcher" in reason

@@ -54,8 +54,13 @@ def warmed(launcher, max_model_len: int) -> list:
     if key not in _WARMED:
         keys = _keys()
         config = keys.engine_config(max_model_len, PAGE_TOKENS)
-        _WARMED[key] = (launcher, call_target(NAME, f"{type(launcher).__name__}.get_warmup_keys",
-                                              keys.warmed_keys, launcher, config))
+        if hasattr(launcher, "warmed_launch_keys"):  # declares its keys itself
+            compiled = call_target(NAME, f"{type(launcher).__name__}.warmed_launch_keys",
+                                   launcher.warmed_launch_keys, config)
+        else:  # a JIT-kernel class: its get_warmup_keys through its own launch spec
+            compiled = call_target(NAME, f"{type(launcher).__name__}.get_warmup_keys",
+                                   keys.warmed_keys, launcher, config)
+        _WARMED[key] = (launcher, compiled)
     return _WARMED[key][1]
 
 

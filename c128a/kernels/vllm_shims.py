@@ -167,11 +167,7 @@ class VllmTritonJitKernel(Generic[CompileKeyT]):
         given = {name: value for name, value in given.items() if name != "kernel"}
         if self.bind_launch_inputs:
             given = _bind(_parameters(kernel), inputs, given)
-        run = True
-        for records, runs in _OBSERVERS:
-            records.append(LaunchRecord(self, kernel, grid, given))
-            run = run and runs
-        if grid is not None and run:
+        if grid is not None and report_launch(self, kernel, grid, given):
             kernel[grid](**given)
         return outputs[0] if outputs else None
 
@@ -187,7 +183,19 @@ class LaunchRecord(NamedTuple):
     arguments: dict
 
 
-_OBSERVERS: list[tuple[list, bool]] = []
+LAUNCH_OBSERVERS: list[tuple[list, bool]] = []
+"""(records, run) of each :func:`observed_launches` in force: empty but
+inside one, so a launcher checks it before building a record."""
+
+
+def report_launch(owner, kernel, grid, arguments: dict) -> bool:
+    """Record a launch for every :func:`observed_launches` in force;
+    whether to make it (False inside one with ``run=False``)."""
+    run = True
+    for records, runs in LAUNCH_OBSERVERS:
+        records.append(LaunchRecord(owner, kernel, grid, arguments))
+        run = run and runs
+    return run
 
 
 @contextlib.contextmanager
@@ -196,13 +204,13 @@ def observed_launches(run: bool = True):
     :class:`LaunchRecord` entries of the list this yields; with
     ``run=False`` the kernels are not run (only the launch is worked out)."""
     records: list[LaunchRecord] = []
-    _OBSERVERS.append((records, run))
+    LAUNCH_OBSERVERS.append((records, run))
     try:
         yield records
     finally:
-        for index, (listed, _) in enumerate(_OBSERVERS):
+        for index, (listed, _) in enumerate(LAUNCH_OBSERVERS):
             if listed is records:
-                del _OBSERVERS[index]
+                del LAUNCH_OBSERVERS[index]
                 break
 
 
@@ -336,4 +344,5 @@ SUPPLIED: dict[str, str] = {
 """Every name an extract may take from outside vLLM's file, and the import
 statement the extract uses for it."""
 
-__all__ = ["SUPPLIED", "LaunchRecord", "observed_launches", *SUPPLIED]
+__all__ = ["LAUNCH_OBSERVERS", "SUPPLIED", "LaunchRecord", "observed_launches", "report_launch",
+           *SUPPLIED]
