@@ -224,3 +224,78 @@ def test_project_kernel_target_names_its_jit_functions():
     kernels = (adaptive.c128a_row_blocks_kernel, adaptive.c128a_wide_rows_kernel)
     assert load_target("triton").jit_functions == kernels
     assert load_target("triton-inert").jit_functions == kernels
+
+
+CONSUMER_MODEL_LEN = 262_144  # C = 2048: widths 128 ... 2048
+
+
+def _steps_at_every_width(target):
+    """One engine step (two decode requests, a prefill chunk of three) whose
+    longest sequence needs each width the policy reaches for C = 2048."""
+    from c128a.contract import capacity_width, target_width
+    from c128a.step import StepRequest, assemble_batch
+
+    capacity = capacity_width(CONSUMER_MODEL_LEN)
+    for width in policy.reachable_widths(capacity):
+        seq_len = min(width * policy.COMPRESS_RATIO, CONSUMER_MODEL_LEN)
+        pages = -(-seq_len // 256)
+        table = tuple(tuple(range(r * pages, (r + 1) * pages)) for r in range(2))
+        yield assemble_batch(
+            [StepRequest.last(seq_len, 1), StepRequest.last(seq_len // 2 + 1, 1)],
+            [StepRequest.last(seq_len, 3)],
+            block_table=table, max_model_len=CONSUMER_MODEL_LEN, capacity=capacity,
+            width=target_width(target, seq_len, policy.COMPRESS_RATIO, capacity),
+            buffer_rows=16,
+        )
+
+
+@pytest.mark.cuda
+@pytest.mark.compile_keys
+def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, c128a_device):
+    """Every keyed launcher of the target (its builder's, its consumers')
+    warmed as its own warm-up declares (compiled, nothing run), then engine
+    steps at every policy width built and consumed for real: the compiled
+    variants grow by exactly the distinct keys the CPU check finds unwarmed."""
+    from c128a.checks.compile_keys import engine_step, has_keyed_launchers, step_launches
+    from c128a.checks.consumers import consumers_of
+    from c128a.kernels.compiled import compiled_variant_count
+    from c128a.kernels.launch_keys import engine_config, warm_up, warmed_keys
+    from c128a.step.consumers import ConsumerInputs
+
+    if not has_keyed_launchers(c128a_target):
+        pytest.skip(f"target {c128a_target} launches nothing through a keyed launcher")
+    # Launchers that declare their warm-up (a launcher that warms itself at
+    # its first launch, as the project's kernel does, is test_warmed_kernel_never_recompiles').
+    launchers = [
+        launcher for launcher in (*c128a_target.launchers, *(
+            launcher for consumer in consumers_of(c128a_target) for launcher in consumer.launchers))
+        if hasattr(launcher, "get_warmup_keys")
+    ]
+    if not launchers:
+        pytest.skip(f"target {c128a_target} has no launcher declaring its warm-up keys")
+    config = engine_config(CONSUMER_MODEL_LEN)
+    for launcher in launchers:
+        launcher.kernel.device_caches.clear()
+        warm_up(launcher, config, c128a_device)
+    torch.cuda.synchronize(c128a_device)
+
+    def variants() -> int:
+        return sum(compiled_variant_count(launcher.kernel, c128a_device) for launcher in launchers)
+
+    warmed_count = variants()
+    unwarmed = set()
+    for batch in _steps_at_every_width(c128a_target):
+        batch = engine_step(c128a_target, batch)
+        for who, launcher, key in step_launches(c128a_target, batch, c128a_device):
+            if launcher in launchers and key not in warmed_keys(launcher, config):
+                unwarmed.add((id(launcher), key))
+        result = build(c128a_target, batch, c128a_device)
+        inputs = ConsumerInputs.from_build(result)
+        for consumer in consumers_of(c128a_target):
+            consumer(inputs)
+    torch.cuda.synchronize(c128a_device)
+    grown = variants() - warmed_count
+    assert grown == len(unwarmed), (
+        f"the GPU compiled {grown} variant(s) after the warm-up; the CPU compile-key check "
+        f"finds {len(unwarmed)} launch key(s) the warm-up does not compile"
+    )

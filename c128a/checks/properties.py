@@ -29,10 +29,20 @@ from hypothesis.strategies import SearchStrategy
 
 from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
-from ..strategies import HISTORICAL_BATCHES, batches
+from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
 from ..strategies.budget import SizeBudget, size_budget
-from ..strategies.reach import MODEL_LENGTH_ONLY, ONE_BUILD, Exclusions, labels_of
+from ..strategies.reach import (
+    COMPILE_KEY_REACH,
+    CONSUMER_REACH,
+    MODEL_LENGTH_ONLY,
+    REPLAY_REACH,
+    ONE_BUILD,
+    Exclusions,
+    labels_of,
+)
 from .bad_input import check_rejects_bad_input
+from .compile_keys import check_compile_keys, has_keyed_launchers
+from .consumers import check_consumers, check_consumers_replayed
 from .differential import check_adaptive_equals_full, check_idempotent, check_independent
 from .one_build import (
     check_matches_oracle,
@@ -193,6 +203,37 @@ def history_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]
     return batches(target, prior_widths=True, **_token_budget(max_tokens, budget, default=16))
 
 
+def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    """Engine steps of up to 32 tokens (consumers are launched per token,
+    some over a grid of 256 workers a request: no engine-scale steps under
+    the interpreter), the width the policy's or any other."""
+    return batches(target, **_token_budget(max_tokens, None))
+
+
+def decode_only_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    """Decode-only steps (what an engine replays through its FULL CUDA
+    graphs), as :func:`consumer_steps` otherwise."""
+    return batches(target, min_decode_requests=1, max_prefill_requests=0,
+                   **_token_budget(max_tokens, None))
+
+
+def engine_config_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
+    """Steps of one engine configuration each (a drawn max_model_len, the
+    engine's R and B), at the policy's width: what the warm-up is for."""
+    return max_model_lens().flatmap(
+        lambda model_len: batches(target, max_model_len=model_len, widths="policy",
+                                  **_token_budget(max_tokens, None)))
+
+
+def _needs_keyed_launchers(target) -> str | None:
+    if has_keyed_launchers(target):
+        return None
+    return (
+        f"target {target} launches nothing through a keyed launcher (a JIT-kernel class "
+        "declaring its warm-up keys): no compile keys to check on the CPU"
+    )
+
+
 def model_lengths(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Only max_model_len and R matter; no tokens keeps the draw cheap.
     return batches(target, max_tokens=0, max_buffer_rows=8, geometries=True)
@@ -273,6 +314,11 @@ PROPERTIES: dict[str, Property] = {
         _property("other_geometries", _other_geometries, other_geometry_steps),
         _property("history_independent", check_history_independent, history_steps,
                   reach={}),
+        _property("consumers", check_consumers, consumer_steps, reach=CONSUMER_REACH),
+        _property("consumers_replay", check_consumers_replayed, decode_only_steps,
+                  reach=REPLAY_REACH),
+        _property("compile_keys", check_compile_keys, engine_config_steps,
+                  unsupported=_needs_keyed_launchers, reach=COMPILE_KEY_REACH),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""

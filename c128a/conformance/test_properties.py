@@ -20,9 +20,19 @@ from c128a.step import Buffers
 from c128a.strategies import HISTORICAL_BATCHES, batches, max_model_lens
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.conformance(name)) for name in PROPERTIES]
-)
+# The pipeline and compile-key properties also carry their own markers, so
+# that ``-m consumers`` or ``-m compile_keys`` selects them with the rest.
+EXTRA_MARKS = {
+    "consumers": [pytest.mark.consumers],
+    "consumers_replay": [pytest.mark.consumers],
+    "compile_keys": [pytest.mark.compile_keys],
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=[pytest.mark.conformance(name), *EXTRA_MARKS.get(name, [])])
+    for name in PROPERTIES
+])
 def test_property(c128a_target, c128a_device, name, tmp_path_factory):
     prop = PROPERTIES[name]
     reason = prop.unsupported(c128a_target)

@@ -27,6 +27,7 @@ decorated. :func:`c128a.targets.use_device` does that.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from dataclasses import dataclass
 
@@ -34,9 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..contract import INERT, BuildArgs
+from ..contract import INERT, BuildArgs, capacity_width
 from .builder import row_strides, tensor_arguments, triton_builder
 from .compiled import interpreting
+from .vllm_shims import LAUNCH_OBSERVERS, report_launch
 
 ROW_BLOCK_SCALARS = (
     "num_tokens",
@@ -403,7 +405,58 @@ def _launch(args: BuildArgs, configuration: tuple, inert_padding: bool) -> None:
                 kernel.warmup(*kernel_args, grid=(1,), **plan.options[name])
         plan.warmed = True
     kernel, kernel_args = _kernel_arguments(chosen, args, inert)
+    if LAUNCH_OBSERVERS and not report_launch(
+        LAUNCHER, kernel, (programs,), _bound(kernel, kernel_args, plan.options[chosen])
+    ):
+        return
     kernel[(programs,)](*kernel_args, **plan.options[chosen])
+
+
+def _bound(kernel, kernel_args: tuple, options: dict) -> dict:
+    """A launch's arguments by parameter name, its options beside them."""
+    names = inspect.signature(getattr(kernel, "fn", kernel)).parameters
+    return {**dict(zip(names, kernel_args)), **options}
+
+
+class AdaptiveLauncher:
+    """The project's kernel as a keyed launcher (:mod:`c128a.kernels.launch_keys`).
+
+    Its warm-up is a plan's first launch, which compiles every variant the
+    plan chooses between at that launch's arguments (on a GPU); an engine's
+    first is its capture build: :meth:`warmed_launch_keys` gives each
+    variant's key for one decode and one prefill token at W = C in fresh
+    buffers. Every launch reports its own key to the launch observers."""
+
+    jit_functions = (c128a_row_blocks_kernel, c128a_wide_rows_kernel)
+
+    def warmed_launch_keys(self, vllm_config) -> list:
+        from .launch_keys import launch_key
+
+        max_model_len = vllm_config.model_config.max_model_len
+        capacity = capacity_width(max_model_len)
+        pages = -(-max_model_len // vllm_config.cache_config.block_size)
+        buffer = lambda: torch.zeros((2, capacity), dtype=torch.int32)  # noqa: E731
+        args = BuildArgs(
+            torch.zeros(2, dtype=torch.int64), 128, 1, torch.zeros(2, dtype=torch.int32),
+            torch.zeros((1, pages), dtype=torch.int32), 2, torch.zeros(2, dtype=torch.int64),
+            buffer(), torch.zeros(2, dtype=torch.int32), buffer(), capacity,
+        )
+        plan = LaunchPlan.make(torch.device(_device_type()), *DEFAULT_CONFIGURATION)
+        keys = []
+        for name in plan.variants():
+            for inert in (0, 1):
+                kernel, kernel_args = _kernel_arguments(name, args, inert)
+                key = launch_key(kernel, _bound(kernel, kernel_args, plan.options[name]))
+                if key not in keys:
+                    keys.append(key)
+        return keys
+
+
+def _device_type() -> str:
+    return "cpu" if INTERPRETING else "cuda"
+
+
+LAUNCHER = AdaptiveLauncher()
 
 
 def launch_tiled(
@@ -451,6 +504,9 @@ def launch(args: BuildArgs, inert_padding: bool = False) -> None:
 jit_functions = (c128a_row_blocks_kernel, c128a_wide_rows_kernel)
 """The Triton functions this target launches (the recompile check counts their variants)."""
 
+launchers = (LAUNCHER,)
+"""Its keyed launcher, for the compile-key check."""
+
 build_c128a_topk_metadata = triton_builder(launch)
 """The contract's function around a Triton launcher."""
 
@@ -460,5 +516,6 @@ inert = types.SimpleNamespace(
     ),
     padding_rows=INERT,
     jit_functions=jit_functions,
+    launchers=launchers,
 )
 """The same kernel under the ``inert`` padding-row variant (target ``triton-inert``)."""

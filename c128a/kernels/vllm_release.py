@@ -193,26 +193,42 @@ def _segment(lines: list[str], node: ast.stmt) -> str:
     return "".join(lines[first - 1 : node.end_lineno])
 
 
-def make_extract(source: str, origin: str, header: dict[str, str] | None = None) -> Extract:
-    """The extract of ``build_c128a_topk_metadata`` from ``source`` (the text
-    of the vLLM module ``origin`` names, for messages and the header);
-    :class:`ExtractError` when the function is missing or needs a name
-    nothing supplies."""
+def make_extract(
+    source: str,
+    origin: str,
+    header: dict[str, str] | None = None,
+    roots: tuple[str, ...] = (BUILD_FUNCTION,),
+    optional: bool = False,
+) -> Extract:
+    """The extract of ``roots`` (``build_c128a_topk_metadata`` by default)
+    from ``source`` (the text of the vLLM module ``origin`` names, for
+    messages and the header); :class:`ExtractError` when a root is missing
+    or needs a name nothing supplies. With ``optional``, missing roots are
+    left out and named in the header's ``missing`` line (an error only when
+    every root is missing)."""
     try:
         tree = ast.parse(source, filename=origin)
     except SyntaxError as exc:
         raise ExtractError(f"{origin} does not parse: {exc}") from exc
     definitions, imports, future = _top_level(tree)
-    function = definitions.get(BUILD_FUNCTION)
-    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    found = [
+        definitions[name] for name in roots
+        if isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    absent = tuple(
+        name for name in roots
+        if not isinstance(definitions.get(name), (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
+    if absent and (not optional or not found):
         raise ExtractError(
-            f"{origin} defines no top-level function {BUILD_FUNCTION}", (BUILD_FUNCTION,)
+            f"{origin} defines no top-level function {', '.join(absent)}", absent
         )
+    wanted = ", ".join(roots)
 
     selected: dict[int, ast.stmt] = {}
     needed_imports: dict[str, _Import] = {}
     unknown: set[str] = set()
-    pending = [function]
+    pending = list(found)
     while pending:
         node = pending.pop()
         if id(node) in selected:
@@ -239,7 +255,7 @@ def make_extract(source: str, origin: str, header: dict[str, str] | None = None)
     if unknown:
         missing = tuple(sorted(unknown))
         raise ExtractError(
-            f"the definitions {BUILD_FUNCTION} needs in {origin} use names that neither "
+            f"the definitions {wanted} need in {origin} use names that neither "
             f"that file nor c128a's stand-ins define: {', '.join(missing)}; the source's "
             "layout changed (c128a.kernels.vllm_shims would need them)",
             missing,
@@ -255,6 +271,7 @@ def make_extract(source: str, origin: str, header: dict[str, str] | None = None)
         "source-sha256": hashlib.sha256(source.encode()).hexdigest(),
         "selected": ", ".join(names),
         "supplied": ", ".join(sorted(supplied)),
+        **({"missing": ", ".join(absent)} if absent else {}),
     }
     parts = [
         "".join(f"{HEADER_PREFIX}{key}: {value}\n" for key, value in header.items()),
@@ -327,17 +344,15 @@ def _jit_functions(module: ModuleType, names: list[str]) -> tuple:
     return tuple(found)
 
 
-def load_extract(path: Path) -> SimpleNamespace:
-    """Import the extract at ``path`` (once per file content in a process)
-    and return the target namespace. An extract that does not import, or has
-    no callable builder, raises :class:`ExtractError`."""
+def import_extract(path: Path) -> ModuleType:
+    """Import the extract at ``path`` as a module of its own (named after
+    its content's digest, so a rebuilt extract is a new module);
+    :class:`ExtractError` when it does not import."""
     path = Path(path).resolve()
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    key = (str(path), digest)
-    if key in _LOADED:
-        return _LOADED[key]
-    header = read_header(path)
     module_name = f"c128a_vllm_extract_{digest[:16]}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -348,6 +363,21 @@ def load_extract(path: Path) -> SimpleNamespace:
         raise ExtractError(
             f"the extract {path} does not import: {type(exc).__name__}: {exc}"
         ) from exc
+    return module
+
+
+def load_extract(path: Path) -> SimpleNamespace:
+    """Import the extract at ``path`` (once per file content in a process)
+    and return the target namespace. An extract that does not import, or has
+    no callable builder, raises :class:`ExtractError`."""
+    path = Path(path).resolve()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    key = (str(path), digest)
+    if key in _LOADED:
+        return _LOADED[key]
+    header = read_header(path)
+    module = import_extract(path)
+    module_name = module.__name__
     build = getattr(module, BUILD_FUNCTION, None)
     if not callable(build):
         del sys.modules[module_name]
@@ -362,12 +392,22 @@ def load_extract(path: Path) -> SimpleNamespace:
         validates_input=False,
         # vLLM's builder returns the whole decode rows (W = C) on 12.x.
         full_width_decode_views=capability is not None and capability.major == 12,
+        launchers=_launchers_named(module, build),
         module=module,
         path=path,
         header=header,
     )
     _LOADED[key] = namespace
     return namespace
+
+
+def _launchers_named(module: ModuleType, function) -> tuple:
+    """The module's keyed launchers (objects with ``get_warmup_keys``) ``function`` names."""
+    named = set(getattr(getattr(function, "__code__", None), "co_names", ()))
+    return tuple(
+        value for name, value in vars(module).items()
+        if name in named and hasattr(value, "get_warmup_keys")
+    )
 
 
 # ---------------------------------------------------------------- the bare launch

@@ -7,13 +7,14 @@ tensors alike. Builder faults live in :mod:`.builders`, faults of a builder that
 remembers its earlier calls in :mod:`.stateful`, width-policy faults in
 :mod:`.policies`, and faults only the strategies' wider reach shows in
 :mod:`.engine_scale` (thousands of tokens, hundreds of requests),
-:mod:`.layouts` (buffers inside larger allocations) and :mod:`.geometry`
-(divisions by R and B); :data:`MUTANTS` describes each. (A fault only a compiled
+:mod:`.layouts` (buffers inside larger allocations), :mod:`.geometry`
+(divisions by R and B) and :mod:`.consumers` (a consumer of the views);
+:data:`MUTANTS` describes each. (A fault only a compiled
 kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
 """
 
 # Importing a module registers its mutants.
-from . import builders, engine_scale, geometry, layouts, policies, stateful  # noqa: F401
+from . import builders, consumers, engine_scale, geometry, layouts, policies, stateful  # noqa: F401
 from .registry import MUTANTS, Mutant
 
 __all__ = ["MUTANTS", "Mutant"]

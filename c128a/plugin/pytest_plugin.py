@@ -23,6 +23,8 @@ STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
+    "consumers: pipeline tests: the views fed to the consumers an engine runs on them",
+    "compile_keys: every launch's compile key among those its warm-up compiles",
     "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
     "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",

@@ -19,9 +19,15 @@ from .harness import (
     pad_decode_to_capture_size,
     padded_size,
 )
-from .serving import build_machine, serving_loop_machine
+from .serving import (
+    COMPILE_KEYS_SETTINGS,
+    build_machine,
+    compile_keys_machine,
+    serving_loop_machine,
+)
 
 __all__ = [
+    "COMPILE_KEYS_SETTINGS",
     "KV_VALUE_BASE",
     "OUT_OF_TABLE",
     "ConsumerOutput",
@@ -29,6 +35,7 @@ __all__ = [
     "ReplayHarness",
     "StepOutcome",
     "build_machine",
+    "compile_keys_machine",
     "capture_sizes",
     "consume",
     "freeze",

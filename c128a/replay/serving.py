@@ -30,9 +30,10 @@ from hypothesis import event, note
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
 
 from ..checks import check_step
+from ..checks.compile_keys import check_compile_keys
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
 from ..strategies.reach import BY_NAME, WIDTH_HISTORY
-from ..failures import HarnessError
+from ..failures import ContractViolation, HarnessError
 from ..step import Batch, StepRequest, assemble_batch
 from .harness import ReplayHarness
 
@@ -131,11 +132,14 @@ def build_machine(
     check_invariants: bool = True,
     check_window: bool = True,
     max_model_len: int | None = None,
+    on_step=None,
 ):
     """:func:`serving_loop_machine` with knobs for the suite's own tests:
     ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
     and ``check_window=False`` skips the index-window comparison, so that a
-    test can show which replay check catches a fault on its own.
+    test can show which replay check catches a fault on its own;
+    ``on_step(batch, description)``, where given, sees each step before it
+    is built (the compile-key check, :mod:`c128a.checks.compile_keys`).
     ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
 
     The engine is captured once per machine class; each run starts from the
@@ -273,7 +277,10 @@ def build_machine(
                 self._cover(request, request.length + count)
 
             batch = self.harness.pad(self._batch(decode, prefill))
-            note(f"[{cause}] " + self._describe(batch, decode, prefill))
+            description = f"[{cause}] " + self._describe(batch, decode, prefill)
+            note(description)
+            if on_step is not None:
+                on_step(batch, description)
             outcome = self.harness.run_step(batch)
             self._observe(outcome)
 
@@ -347,3 +354,29 @@ def build_machine(
 
     ServingLoop.__name__ = ServingLoop.__qualname__ = "ServingLoop"
     return ServingLoop
+
+
+COMPILE_KEYS_SETTINGS = hypothesis.settings(
+    max_examples=3, stateful_step_count=12, deadline=None,
+    suppress_health_check=list(hypothesis.HealthCheck), database=None)
+"""A few serving loops of a dozen steps: the check compiles and runs nothing."""
+COMPILE_KEYS_MODEL_LEN = 81_920
+"""The engine's max_model_len for :func:`compile_keys_machine`: C = 640 at
+R = 128, so the serving loop's widths 128 to 640 all differ from C."""
+
+
+def compile_keys_machine(target, device, saved: list | None = None):
+    """The serving-loop machine checking only compile keys: every step's
+    launches through ``target``'s keyed launchers must take keys their
+    warm-up compiles (:func:`c128a.checks.compile_keys.check_compile_keys`);
+    a miss is appended to ``saved`` (the step and the message) where given."""
+    def on_step(batch, description):
+        try:
+            check_compile_keys(target, batch, device, step=description)
+        except ContractViolation as exc:
+            if saved is not None:
+                saved.append((batch, str(exc)))
+            raise
+
+    return build_machine(target, device, check_invariants=False, check_window=False,
+                         max_model_len=COMPILE_KEYS_MODEL_LEN, on_step=on_step)

@@ -322,6 +322,33 @@ MODEL_LENGTH_ONLY: Exclusions = MappingProxyType({
 """What ``width_policy`` does not reach: it reads only R and the model length."""
 
 
+CONSUMER_REACH: Exclusions = MappingProxyType({
+    WIDTH_HISTORY: None,
+    "tokens T": ("1,025-8,192", "above 8,192"),
+    "requests": ("17-256", "257-512"),
+    "elements T x W": ("1,048,577-8,388,608", "above 8,388,608"),
+})
+"""What the consumer pipeline does not reach: its steps have no history,
+and no engine-scale step (its consumers launch per token)."""
+
+
+REPLAY_REACH: Exclusions = MappingProxyType({
+    **CONSUMER_REACH,
+})
+"""What the captured consumer replay does not reach: as the consumer
+pipeline, and decode-only steps (those an engine replays in a graph)."""
+
+COMPILE_KEY_REACH: Exclusions = MappingProxyType({
+    **CONSUMER_REACH,
+    "block size B": ("1", "power of two 4-128", "not a power of two", "above 128"),
+    "compress ratio R": ("1", "power of two 2-64", "power of two above 128", "not a power of two"),
+    "float32 division by R": ("floors a token's length wrong",),
+    "float32 division by B": ("floors a column's page wrong",),
+})
+"""What the compile-key check does not reach: as the consumer pipeline, and
+only the engine's configuration (R = 128, B = 2, the policy's widths)."""
+
+
 def beyond_budget(budget) -> Exclusions:
     """The buckets a :class:`~c128a.strategies.budget.SizeBudget` keeps out
     of reach: builds of more elements than it allows (the GPU's budget

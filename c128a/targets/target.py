@@ -20,7 +20,12 @@ class Target:
     contiguous), ``padding_rows`` (what a padding token's decode row holds:
     ``slots`` or ``inert``, :mod:`c128a.contract.padding_rows`),
     ``jit_functions`` (its Triton JIT functions, where it names them: for
-    counting compiled variants)."""
+    counting compiled variants), ``consumers`` (the kernels an engine runs
+    on its views, :class:`~c128a.step.consumers.Consumer`; none: the
+    oracle's, :data:`~c128a.step.consumers.ORACLE_CONSUMERS`),
+    ``consumer_gaps`` ((consumer, why it is unavailable) for each one of
+    the target's source lacks) and ``launchers`` (its builder's keyed
+    launchers, :mod:`c128a.kernels.launch_keys`, for the compile-key check)."""
 
     spec: str
     build_c128a_topk_metadata: Callable
@@ -31,6 +36,9 @@ class Target:
     uses_project_policy: bool = True
     jit_functions: tuple = ()
     padding_rows: str = DEFAULT_PADDING_ROWS
+    consumers: tuple = ()
+    consumer_gaps: tuple = ()
+    launchers: tuple = ()
 
     def __post_init__(self) -> None:
         # Every way to a Target (from_object, its overrides, dataclasses.replace) passes here.
@@ -64,6 +72,9 @@ class Target:
             full_width_decode_views=bool(_attribute(obj, "full_width_decode_views", spec, False)),
             jit_functions=tuple(_attribute(obj, "jit_functions", spec) or ()),
             padding_rows=_declared(_attribute(obj, "padding_rows", spec)),
+            consumers=tuple(_attribute(obj, "consumers", spec) or ()),
+            consumer_gaps=tuple(dict(_attribute(obj, "consumer_gaps", spec) or {}).items()),
+            launchers=tuple(_attribute(obj, "launchers", spec) or ()),
             uses_project_policy=not own_policy,
             **own_policy,
         )

@@ -12,6 +12,10 @@ function needs, verbatim, beside stand-ins for the rest of vLLM
 the extract alone, so a cache folder copied to a machine without a package
 registry (a GPU host) works there as it is.
 
+Beside it go the extracts of the consumers of the builder's views that the
+same release ships (:mod:`c128a.kernels.vllm_consumers`); one the release
+lacks is named in the target's ``consumer_gaps``.
+
 ``vllm-release:PATH`` names a wheel, a source file defining the function, an
 extract, or a folder holding an extract or one wheel.
 
@@ -48,6 +52,7 @@ DEFAULT_CACHE = Path("~/.cache/c128a")
 SOURCE_PATH = "vllm/models/deepseek_v4/sparse_mla.py"
 EXTRACT_NAME = "c128a_vllm_extract.py"
 KERNELS_MODULE = "c128a.kernels.vllm_release"
+CONSUMERS_MODULE = "c128a.kernels.vllm_consumers"
 PIP_TIMEOUT_S = 1800
 VERSION_RE = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 """A public release version (PEP 440, without epoch or local part)."""
@@ -96,6 +101,10 @@ def _kernels():
     return importlib.import_module(KERNELS_MODULE)
 
 
+def _consumers_module():
+    return importlib.import_module(CONSUMERS_MODULE)
+
+
 def _from_version(spec: str, version: str) -> Target:
     folder = _made(spec, cache_folder(version))
     kernels = _kernels()
@@ -106,6 +115,8 @@ def _from_version(spec: str, version: str) -> Target:
         if not (current and header.get(VERSION_KEY) == version):
             wheel = _cached_wheel(folder, version) or _download_once(version, folder)
             _write_from_wheel(spec, wheel, version, extract)
+        elif not _consumers_current(folder, version) and _cached_wheel(folder, version):
+            _write_consumers(spec, _cached_wheel(folder, version), version, folder)
     return _target(spec, extract, version)
 
 
@@ -182,7 +193,9 @@ def _target(spec: str, extract: Path, version: str) -> Target:
         namespace = kernels.load_extract(extract)
     except kernels.ExtractError as exc:
         raise TargetUnavailable(f"{spec} (vLLM {version}): {exc}") from exc
-    return Target.from_object(spec, namespace)
+    consumers, gaps = _consumers_module().load_consumers(extract.parent)
+    return Target.from_object(spec, namespace, consumers=consumers,
+                              consumer_gaps=tuple(gaps.items()))
 
 
 # ---------------------------------------------------------------- wheels
@@ -242,6 +255,32 @@ def _write_from_wheel(spec: str, wheel: Path, version: str, extract: Path) -> No
         raise TargetSpecError(f"target spec {spec!r}: cannot read the wheel {wheel} ({exc})") from exc
     header = {VERSION_KEY: version, "wheel": wheel.name}
     _write_extract(spec, source, member, header, extract, version)
+    _write_consumers(spec, wheel, version, extract.parent)
+
+
+def _consumer_extracts(folder: Path) -> list[Path]:
+    sources = _consumers_module().SOURCES
+    return [folder / file_name for file_name, _ in sources.values()]
+
+
+def _consumers_current(folder: Path, version: str) -> bool:
+    kernels = _kernels()
+    for path in _consumer_extracts(folder):
+        header = kernels.read_header(path) if path.exists() else {}
+        if header.get(kernels.FORMAT_KEY) != kernels.EXTRACT_FORMAT:
+            return False
+        if header.get(VERSION_KEY) != version:
+            return False
+    return True
+
+
+def _write_consumers(spec: str, wheel: Path, version: str, folder: Path) -> None:
+    """The consumers' extracts of ``wheel`` beside the builder's (one a
+    release lacks is named when the target loads, not an error here)."""
+    try:
+        _consumers_module().write_extracts(wheel, folder, {VERSION_KEY: version, "wheel": wheel.name})
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        raise TargetSpecError(f"target spec {spec!r}: cannot read the wheel {wheel} ({exc})") from exc
 
 
 def _write_extract(spec, source, origin, header, extract: Path, version: str) -> None:

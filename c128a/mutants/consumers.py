@@ -1,0 +1,98 @@
+"""Consumer and launch-key faults: the oracle's builder with one consumer of
+its views broken the way a kernel written for full-width, contiguous rows
+breaks; and a keyed launcher whose warm-up keys ignore a stride."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+
+import torch
+
+from ..contract import oracle
+from ..step.consumers import ORACLE_CONSUMERS, Consumer, ConsumerInputs
+from ..step.consumers import oracle_global_topk, oracle_mixed_sparse
+from .registry import Mutant, register
+
+
+def _replaced(name: str, run) -> tuple[Consumer, ...]:
+    return tuple(dataclasses.replace(c, run=run) if c.name == name else c
+                 for c in ORACLE_CONSUMERS)
+
+
+def consumer_mutant(description: str, bug_class: str, consumer: str,
+                    killed_by: tuple[str, ...] = ("consumers",)):
+    """Register ``_consume_NAME(inputs)`` as mutant ``NAME``: the oracle's
+    builder, its consumer ``consumer`` replaced by the faulty one."""
+
+    def add(run):
+        name = run.__name__.removeprefix("_consume_")
+        target = types.SimpleNamespace(
+            build_c128a_topk_metadata=oracle.build_c128a_topk_metadata,
+            consumers=_replaced(consumer, run),
+        )
+        register(Mutant(name, description, bug_class, killed_by, target))
+        return run
+
+    return add
+
+
+def _packed(view: torch.Tensor) -> torch.Tensor:
+    """``view``'s rows read at its packed stride (its width), from where it starts."""
+    return view.as_strided(tuple(view.shape), (view.shape[1], 1))
+
+
+@consumer_mutant(
+    "a prefill consumer (compute_global_topk_indices_and_lens) reads the prefill view at "
+    "its packed stride W, not its row stride C: right at W = C, rows 1 onward wrong below",
+    "packed stride",
+    "global_topk",
+)
+def _consume_global_topk_packed_stride(inputs: ConsumerInputs):
+    return oracle_global_topk(dataclasses.replace(inputs, prefill_local=_packed(inputs.prefill_local)))
+
+
+@consumer_mutant(
+    "the decode-first index matrix (build_flashinfer_mixed_sparse_indices) counts a decode "
+    "row's valid entries (>= 0) instead of reading decode_lens: trusts the -1 sentinel past "
+    "the lengths, so a padding token's row of real slot ids is attended, and a row "
+    "replayed at the capture-time width reads stale slot ids past W",
+    "padding tokens",
+    "mixed_sparse",
+    ("consumers", "consumers_replay"),
+)
+def _consume_mixed_sparse_trusts_sentinel(inputs: ConsumerInputs):
+    counted = (inputs.global_decode >= 0).sum(dim=1).to(torch.int32)
+    return oracle_mixed_sparse(dataclasses.replace(inputs, decode_lens=counted))
+
+
+__all__ = ["consumer_mutant"]
+
+
+class _KernelNamespace:
+    """A target namespace that lives with the kernels (it imports Triton):
+    imported by name on first use, after the device is chosen."""
+
+    def __init__(self, module: str, attribute: str):
+        self._where = (module, attribute)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        module, attribute = self._where
+        return getattr(getattr(importlib.import_module(module), attribute), name)
+
+    def __repr__(self) -> str:
+        return "{}:{}".format(*self._where)
+
+
+register(Mutant(
+    "stride_blind_keys",
+    "a builder launched through a keyed launcher (c128a.kernels.keyed) whose kernel "
+    "specialises on the row strides, while its warm-up keys take the row stride to be the "
+    "width: every launch below W = C compiles during inference",
+    "recompilation mid-inference",
+    ("compile_keys",),
+    _KernelNamespace("c128a.kernels.keyed", "stride_blind"),
+))
