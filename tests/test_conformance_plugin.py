@@ -77,9 +77,10 @@ def test_only_a_failed_check_is_an_expected_failure():
 # ---------------------------------------------------------------- the marker
 
 
-def test_every_check_of_the_package_carries_a_name_a_file_can_use(pytester):
+def test_every_check_of_the_package_carries_a_name_a_file_can_use(pytester, c128a_device):
+    # In this process, so on the session's device: its kernels are imported for it.
     items, _ = pytester.inline_genitems("--pyargs", "c128a.conformance", "-p", "no:cacheprovider",
-                                        "--c128a-device=cpu")
+                                        f"--c128a-device={c128a_device.type}")
     assert len(items) > 50
     known = set(check_names())
     cases = {path.name for path in KEPT_CASES.glob("*.json")}

@@ -296,11 +296,14 @@ def test_a_lost_input_is_listed_with_nothing_saved(tmp_path):
     assert book.new_cases == 0 and not (tmp_path / "cases").exists()
 
 
-def test_a_worker_sends_only_protocol_messages_and_its_cases_survive_the_crossing(tmp_path):
-    """A real round against a mutant, in this process: what the worker puts
-    on its channel is protocol messages only, each whole after pickling, and
-    the found and shrunk cases load back as the supervisor will read them."""
-    config = make_config(tmp_path, target=MUTANT_SPEC, max_examples=200)
+def test_a_worker_sends_only_protocol_messages_and_its_cases_survive_the_crossing(
+        tmp_path, c128a_device):
+    """A real round against a mutant, in this process (so on the session's
+    device): what the worker puts on its channel is protocol messages only,
+    each whole after pickling, and the found and shrunk cases load back as the
+    supervisor will read them."""
+    config = make_config(tmp_path, target=MUTANT_SPEC, max_examples=200,
+                         device=c128a_device.type)
     channel = queue.Queue()
     worker = Worker(0, 0, config, channel, threading.Event(), str(tmp_path / "inflight.json"),
                     None)

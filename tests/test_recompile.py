@@ -295,6 +295,9 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
             consumer(inputs)
     torch.cuda.synchronize(c128a_device)
     grown = variants() - warmed_count
+    # Both counts, for the record of a GPU run (pytest -s shows them).
+    print(f"{c128a_target}: {grown} variant(s) compiled after the warm-up; "
+          f"{len(unwarmed)} unwarmed launch key(s) found by the CPU check")
     assert grown == len(unwarmed), (
         f"the GPU compiled {grown} variant(s) after the warm-up; the CPU compile-key check "
         f"finds {len(unwarmed)} launch key(s) the warm-up does not compile"

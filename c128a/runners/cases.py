@@ -488,7 +488,7 @@ def describe_batch(batch: Batch) -> str:
     )
 
 
-def _blob_problem(case: Case) -> str | None:
+def blob_problem(case: Case) -> str | None:
     """Why the case's reproduce blob cannot drive this installation's Hypothesis."""
     if not case.reproduce_blob:
         return "it has no reproduce_blob"
@@ -539,7 +539,7 @@ def _run_pinned(run, *, steps: bool = False) -> tuple[BaseException | None, str]
 def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
     """Rerun a serving-loop failure from its reproduce blob, or a crashed or
     hung round from its seed."""
-    problem = _blob_problem(case)
+    problem = blob_problem(case)
     if problem is not None:
         if case.kind in ("crash", "hang") and case.seed is not None and case.round_examples:
             return replay_round(case, target, device, machine_factory)
@@ -591,7 +591,7 @@ def replay_round(case: Case, target, device, machine_factory) -> Outcome:
 def replay_from_blob(case: Case, prop, target, device) -> Outcome:
     """Rerun a property failure that has no concrete inputs (the target's
     policy raised while the step was drawn) from its reproduce blob."""
-    problem = _blob_problem(case)
+    problem = blob_problem(case)
     if problem is not None:
         return Outcome(CANNOT_REPLAY, f"this {case.kind} case has no concrete inputs and {problem}")
     misfits: list[str | None] = []
