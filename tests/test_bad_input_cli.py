@@ -820,18 +820,16 @@ sys.meta_path.insert(0, StallTorch())
 """
 
 
-def test_ctrl_c_while_the_command_line_imports_torch_ends_with_one_line_and_130(tmp_path):
-    """SIGINT while ``c128a`` imports torch, before any subcommand runs: exit
-    130 and one line. (Before: a traceback from ``import c128a.cli``.)"""
-    marker = tmp_path / "importing-torch"
-    (tmp_path / "sitecustomize.py").write_text(STALL_TORCH_IMPORT.format(marker=str(marker)))
+def _interrupted_once(marker: Path, tmp_path: Path, *args) -> subprocess.CompletedProcess:
+    """``c128a ARGS`` as a child in ``tmp_path``, sent a real SIGINT once it
+    has written ``marker`` (while it is stalled in its start-up)."""
     child = subprocess.Popen(
-        cli_command("fuzz", "--help"), cwd=tmp_path, env=child_environment(tmp_path),
+        cli_command(*args), cwd=tmp_path, env=child_environment(tmp_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         wait_until(lambda: marker.exists() or child.poll() is not None, 60,
-                   "the child importing torch", interval=0.05)
+                   f"the child to write {marker.name}", interval=0.05)
         assert child.poll() is None, child.communicate()
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)
@@ -839,9 +837,18 @@ def test_ctrl_c_while_the_command_line_imports_torch_ends_with_one_line_and_130(
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert child.returncode == 130, (out, err)
-    assert "Traceback" not in err, err
-    assert err.strip() == "c128a: interrupted (Ctrl-C) while starting", err
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def test_ctrl_c_while_the_command_line_imports_torch_ends_with_one_line_and_130(tmp_path):
+    """SIGINT while ``c128a`` imports torch, before any subcommand runs: exit
+    130 and one line. (Before: a traceback from ``import c128a.cli``.)"""
+    marker = tmp_path / "importing-torch"
+    (tmp_path / "sitecustomize.py").write_text(STALL_TORCH_IMPORT.format(marker=str(marker)))
+    done = _interrupted_once(marker, tmp_path, "fuzz", "--help")
+    assert done.returncode == 130, done
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == "c128a: interrupted (Ctrl-C) while starting", done.stderr
 
 
 def test_ctrl_c_while_fuzz_loads_its_target_ends_with_one_line_and_130(tmp_path):
@@ -852,22 +859,8 @@ def test_ctrl_c_while_fuzz_loads_its_target_ends_with_one_line_and_130(tmp_path)
         "import time\nfrom pathlib import Path\n"
         f"Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
     )
-    child = subprocess.Popen(
-        cli_command("fuzz", "--device", "cpu", "--target", f"{SLOW_IMPORT_MODULE}:anything",
-                    "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live",
-                    "--cases-dir", tmp_path / "cases"),
-        cwd=tmp_path, env=child_environment(tmp_path), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        wait_until(lambda: marker.exists() or child.poll() is not None, 60,
-                   "the child importing its target", interval=0.05)
-        assert child.poll() is None, child.communicate()
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    _one_interrupted_line(subprocess.CompletedProcess(child.args, child.returncode, out, err),
-                          "fuzz")
+    done = _interrupted_once(
+        marker, tmp_path, "fuzz", "--device", "cpu", "--target", f"{SLOW_IMPORT_MODULE}:anything",
+        "--max-examples", "1", "--workers", "1", "--db", "none", "--no-live",
+        "--cases-dir", tmp_path / "cases")
+    _one_interrupted_line(done, "fuzz")
