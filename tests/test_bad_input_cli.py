@@ -302,7 +302,7 @@ def test_a_hang_case_that_hangs_again_is_killed_at_the_timeout(tmp_path, capsys,
     assert "result:   STILL HANGS: the hang case ran past --timeout=3 s" in out
     assert "result:   PASSES now" in out.split("STILL HANGS")[1]
     # The target would hang for days: well under a minute means it was killed.
-    # Not tighter: two child start-ups on a loaded machine took 14 s.
+    # Not tighter: two child start-ups on a loaded machine take many seconds.
     assert seconds < 60
 
 
