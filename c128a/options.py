@@ -32,6 +32,8 @@ DEFAULT_MACHINE = "c128a.replay:serving_loop_machine"
 DEFAULT_EXAMPLE_TIMEOUT_S = 300.0
 DEFAULT_FUZZ_PROFILE = "fuzz"
 DEFAULT_CHUNK = 25
+DEFAULT_GRAPH_LAUNCHES = 100  # c128a bench: launches captured into one CUDA graph
+DEFAULT_GRAPH_REPLAYS = 10  # c128a bench: replays of that graph, their median the graph clock
 
 
 @dataclass(frozen=True)

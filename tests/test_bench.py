@@ -24,8 +24,7 @@ import textwrap
 import pytest
 import torch
 
-from c128a import cli, phases
-from c128a.cli import bench as bench_cli
+from c128a import cli, options, phases
 from c128a.cli.bench import parse_tiles
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, DeviceError, UsageError
 from c128a.runners.throughput import run_throughput
@@ -226,8 +225,9 @@ def synthetic_report(kernels=("baseline", "project", "vllm"), graph=True, exact=
 def test_timing_options_parse_with_their_defaults(bench):
     args = cli.build_parser().parse_args(["bench"])
     assert args.vllm_release is None and args.shapes is None
-    assert args.graph_launches == bench.DEFAULT_GRAPH_LAUNCHES == bench_cli.DEFAULT_GRAPH_LAUNCHES
-    assert args.graph_replays == bench.DEFAULT_GRAPH_REPLAYS == bench_cli.DEFAULT_GRAPH_REPLAYS
+    # Written once (c128a/options.py): the CLI's defaults and the runner's fallbacks.
+    assert args.graph_launches == bench.DEFAULT_GRAPH_LAUNCHES == options.DEFAULT_GRAPH_LAUNCHES
+    assert args.graph_replays == bench.DEFAULT_GRAPH_REPLAYS == options.DEFAULT_GRAPH_REPLAYS
     args = cli.build_parser().parse_args([
         "bench", "--vllm-release", "0.34.0", "--graph-launches", "50", "--graph-replays", "5",
         "--shape", "prefill 512", "--shape", "decode 512 @ 1M",

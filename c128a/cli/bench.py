@@ -19,8 +19,6 @@ from ..options import add_to_argparse
 from .common import add_device_argument, add_padding_rows_argument, choose_device, load
 
 SHAPE_GROUPS = ("prefill", "decode", "mixed")
-DEFAULT_GRAPH_LAUNCHES = 100  # c128a.runners.bench's defaults (that module imports kernels)
-DEFAULT_GRAPH_REPLAYS = 10
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -35,12 +33,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="also time this vLLM release's kernel (as the target "
                         "vllm-release:VERSION|PATH: a version fetched into the cache, or a wheel, "
                         "an extract or a folder holding one); default: none")
-    parser.add_argument("--graph-launches", type=int, default=DEFAULT_GRAPH_LAUNCHES, metavar="N",
+    parser.add_argument("--graph-launches", type=int, default=options.DEFAULT_GRAPH_LAUNCHES, metavar="N",
                         help="launches captured into one CUDA graph for the graph clock "
-                        f"(default {DEFAULT_GRAPH_LAUNCHES}; 0: do_bench only)")
-    parser.add_argument("--graph-replays", type=int, default=DEFAULT_GRAPH_REPLAYS, metavar="R",
+                        f"(default {options.DEFAULT_GRAPH_LAUNCHES}; 0: do_bench only)")
+    parser.add_argument("--graph-replays", type=int, default=options.DEFAULT_GRAPH_REPLAYS, metavar="R",
                         help="replays of that graph; the graph clock is their median "
-                        f"(default {DEFAULT_GRAPH_REPLAYS})")
+                        f"(default {options.DEFAULT_GRAPH_REPLAYS})")
     parser.add_argument("--tiles", default=None, metavar="TxWxWIDExWARPSxPERSM,...",
                         help="also time the project's kernel at these tiles (tuning)")
     parser.add_argument("--tiles-at-capacity", action="store_true",

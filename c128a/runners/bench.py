@@ -47,6 +47,7 @@ from rich.table import Table
 
 from ..contract import BLOCK_SIZE, COMPRESS_RATIO, SLOTS, BuildArgs, policy, write_metadata
 from ..failures import UsageError
+from ..options import DEFAULT_GRAPH_LAUNCHES, DEFAULT_GRAPH_REPLAYS
 from ..kernels import adaptive, baseline, vllm_release
 from ..kernels.compiled import compiled_variants
 from ..kernels.timing import graph_us, launch_empty, median_us
@@ -250,8 +251,6 @@ def floor_bytes(shape: Shape, inputs: Inputs, width: int) -> int:
     return written + read
 
 
-DEFAULT_GRAPH_LAUNCHES = 100
-DEFAULT_GRAPH_REPLAYS = 10
 
 BASELINE, PROJECT, VLLM = "baseline", "project", "vllm"
 KERNELS = (BASELINE, PROJECT, VLLM)
