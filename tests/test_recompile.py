@@ -122,14 +122,12 @@ def test_width_specialised_mutant_is_caught_by_compile_counting(c128a_device):
 def _parameter_kinds(jit_kernel) -> tuple[set[str], set[str], set[str]]:
     """(runtime scalars, constexprs, do_not_specialize names) of a kernel,
     compiled (JITFunction) or interpreted (InterpretedFunction)."""
-    parameters = list(inspect.signature(jit_kernel.fn).parameters.values())
-    names = [p.name for p in parameters]
-    constexprs = {p.name for p in parameters if "constexpr" in str(p.annotation)}
+    from c128a.kernels.launch_keys import constexpr_parameters, unspecialised_parameters
+
+    names = list(inspect.signature(jit_kernel.fn).parameters)
+    constexprs = constexpr_parameters(jit_kernel)
     scalars = {n for n in names if not n.endswith("_ptr") and n not in constexprs}
-    unspecialised = getattr(jit_kernel, "do_not_specialize", None)
-    if unspecialised is None:  # the interpreter keeps the decorator's arguments
-        unspecialised = jit_kernel.kwargs.get("do_not_specialize") or ()
-    return scalars, constexprs, {names[i] if isinstance(i, int) else i for i in unspecialised}
+    return scalars, constexprs, unspecialised_parameters(jit_kernel)
 
 
 def specialisation_problems(jit_kernel, tile_constexprs: set[str]) -> list[str]:

@@ -42,7 +42,8 @@ class LaunchKey:
         return dict(self.parts)
 
 
-def _constexpr_parameters(kernel) -> set[str]:
+def constexpr_parameters(kernel) -> set[str]:
+    """The ``tl.constexpr`` parameters of a Triton kernel (compiled or interpreted)."""
     fn = getattr(kernel, "fn", kernel)
     return {
         name for name, parameter in inspect.signature(fn).parameters.items()
@@ -50,7 +51,9 @@ def _constexpr_parameters(kernel) -> set[str]:
     }
 
 
-def _unspecialised(kernel) -> set[str]:
+def unspecialised_parameters(kernel) -> set[str]:
+    """The parameters a Triton kernel's ``do_not_specialize`` names (the
+    interpreter keeps the decorator's arguments in ``kwargs``)."""
     listed = getattr(kernel, "do_not_specialize", None)
     if listed is None:
         listed = getattr(kernel, "kwargs", {}).get("do_not_specialize", ())
@@ -88,8 +91,8 @@ def kernel_name(kernel) -> str:
 def launch_key(kernel, arguments: dict[str, Any]) -> LaunchKey:
     """The compile key of launching ``kernel`` with ``arguments`` (bound
     by parameter name, launch options beside them)."""
-    constexpr = _constexpr_parameters(kernel)
-    unspecialised = _unspecialised(kernel)
+    constexpr = constexpr_parameters(kernel)
+    unspecialised = unspecialised_parameters(kernel)
     parts = []
     for name in inspect.signature(getattr(kernel, "fn", kernel)).parameters:
         value = arguments.get(name)
