@@ -8,6 +8,7 @@ selected target in ``c128a/conformance/`` (``test_properties.py``,
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from c128a.mutants import MUTANTS
 from c128a.runners.killmatrix import kill_matrix
 from c128a.step.consumers import CONSUMER_NAMES
 from c128a.targets import load_target
+from c128a.targets.vllm_release import cache_folder, cached_wheel
 
 pytestmark = pytest.mark.consumers
 
@@ -51,23 +53,37 @@ def test_there_is_a_mutant_of_each_kind():
     assert {"packed stride", "padding tokens"} <= kinds, kinds
 
 
-def test_a_consumer_missing_from_a_release_is_named(tmp_path, monkeypatch):
-    """A wheel whose cache_utils.py lacks combine_topk_swa_indices: the
-    target loads, the other consumers with it, and the gap names the function."""
-    source = _cached_wheel("0.34.0")
+CACHE_UTILS = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
+RELEASE_FOLDER = cache_folder("0.34.0")  # read before a test's vllm_cache moves $C128A_CACHE
+
+
+def _edited_wheel(tmp_path, edit) -> Path:
+    """A copy of the cached 0.34.0 wheel holding its DeepSeek-V4 sources,
+    each passed through ``edit(member, data)`` (None: left out)."""
+    source = cached_wheel(RELEASE_FOLDER, "0.34.0")
+    if source is None:
+        pytest.skip(f"no cached vLLM 0.34.0 wheel under {RELEASE_FOLDER}")
     wheel = tmp_path / "wheels" / source.name
     wheel.parent.mkdir()
-    member = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(wheel, "w") as new:
-        for item in old.infolist():
-            if item.filename.startswith("vllm/models/deepseek_v4/") and item.filename.endswith(".py"):
-                data = old.read(item.filename)
-                if item.filename == member:
-                    data = data.replace(b"def combine_topk_swa_indices(",
-                                        b"def renamed_combine_topk_swa_indices(")
-                new.writestr(item.filename, data)
-    monkeypatch.setenv("C128A_CACHE", str(tmp_path / "cache"))
-    target = load_target(f"vllm-release:{wheel}")
+        for member in old.namelist():
+            if member.startswith("vllm/models/deepseek_v4/") and member.endswith(".py"):
+                data = edit(member, old.read(member))
+                if data is not None:
+                    new.writestr(member, data)
+    return wheel
+
+
+def test_a_consumer_missing_from_a_release_is_named(tmp_path, vllm_cache):
+    """A wheel whose cache_utils.py lacks combine_topk_swa_indices: the
+    target loads, the other consumers with it, and the gap names the function."""
+    def rename_combine(member, data):
+        if member != CACHE_UTILS:
+            return data
+        return data.replace(b"def combine_topk_swa_indices(",
+                            b"def renamed_combine_topk_swa_indices(")
+
+    target = load_target(f"vllm-release:{_edited_wheel(tmp_path, rename_combine)}")
     gaps = dict(target.consumer_gaps)
     assert set(gaps) == {"combine_swa"}, gaps
     assert "combine_topk_swa_indices" in gaps["combine_swa"]
@@ -75,32 +91,14 @@ def test_a_consumer_missing_from_a_release_is_named(tmp_path, monkeypatch):
                                                   "short_context_fill"]
 
 
-def test_a_release_without_the_consumers_file_names_each(tmp_path, monkeypatch):
+def test_a_release_without_the_consumers_file_names_each(tmp_path, vllm_cache):
     """A wheel with no cache_utils.py: its three consumers are named as
     missing, with the file, and a second load finds the cache current."""
-    source = _cached_wheel("0.34.0")
-    wheel = tmp_path / "wheels" / source.name
-    wheel.parent.mkdir()
-    member = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
-    with zipfile.ZipFile(source) as old, zipfile.ZipFile(wheel, "w") as new:
-        for name in old.namelist():
-            if name.startswith("vllm/models/deepseek_v4/") and name.endswith(".py") \
-                    and name != member:
-                new.writestr(name, old.read(name))
-    monkeypatch.setenv("C128A_CACHE", str(tmp_path / "cache"))
+    wheel = _edited_wheel(tmp_path, lambda member, data: None if member == CACHE_UTILS else data)
     for _ in range(2):
         gaps = dict(load_target(f"vllm-release:{wheel}").consumer_gaps)
         assert set(gaps) == {"global_topk", "mixed_sparse", "combine_swa"}, gaps
-        assert all(member in reason and "not in" in reason for reason in gaps.values()), gaps
-
-
-def _cached_wheel(version: str):
-    from c128a.targets.vllm_release import cache_folder
-
-    wheels = sorted(cache_folder(version).glob(f"vllm-{version}-*.whl"))
-    if not wheels:
-        pytest.skip(f"no cached vLLM {version} wheel under {cache_folder(version)}")
-    return wheels[0]
+        assert all(CACHE_UTILS in reason and "not in" in reason for reason in gaps.values()), gaps
 
 
 def test_the_project_targets_have_the_oracle_consumers():

@@ -112,11 +112,11 @@ def _from_version(spec: str, version: str) -> Target:
     with _locked(folder):
         header = kernels.read_header(extract) if extract.exists() else {}
         current = header.get(kernels.FORMAT_KEY) == kernels.EXTRACT_FORMAT
+        wheel = cached_wheel(folder, version)
         if not (current and header.get(VERSION_KEY) == version):
-            wheel = _cached_wheel(folder, version) or _download_once(version, folder)
-            _write_from_wheel(spec, wheel, version, extract)
-        elif not _consumers_current(folder, version) and _cached_wheel(folder, version):
-            _write_consumers(spec, _cached_wheel(folder, version), version, folder)
+            _write_from_wheel(spec, wheel or _download_once(version, folder), version, extract)
+        elif wheel is not None and not _consumers_current(folder, version):
+            _write_consumers(spec, wheel, version, folder)
     return _target(spec, extract, version)
 
 
@@ -211,7 +211,8 @@ def _wheel_version(spec: str, wheel: Path) -> str:
     return parts[1]
 
 
-def _cached_wheel(folder: Path, version: str) -> Path | None:
+def cached_wheel(folder: Path, version: str) -> Path | None:
+    """Release ``version``'s wheel in its cache ``folder``, if one was downloaded."""
     wheels = sorted(folder.glob(f"vllm-{version}-*.whl"))
     return wheels[0] if wheels else None
 
