@@ -14,6 +14,7 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 from c128a.checks import PROPERTIES
+from c128a.conformance.saved_failures import FailingSteps
 from c128a.failures import InvariantViolation
 from c128a.replay import COMPILE_KEYS_SETTINGS, compile_keys_machine
 from c128a.runners.cases import load_case, new_case, write_case
@@ -46,18 +47,11 @@ def test_known_finding_is_still_found(c128a_target, c128a_device, tmp_path):
         pytest.skip(f"no known compile-key finding for target {c128a_target}")
     who, kernel, parameter = KNOWN_FINDINGS[release]
     prop = PROPERTIES["compile_keys"]
-    failing = []
-
-    def around(batch, run):
-        try:
-            run()
-        except InvariantViolation as exc:
-            failing.append((batch, str(exc)))
-            raise
-
-    with pytest.raises(InvariantViolation):
-        prop.test(c128a_target, c128a_device, settings=ci_settings(20), around=around)()
-    batch, message = failing[0]
+    failing = FailingSteps()
+    with pytest.raises(InvariantViolation) as raised:
+        prop.test(c128a_target, c128a_device, settings=ci_settings(20), around=failing)()
+    batch, message = failing.step_of(raised.value), str(raised.value)
+    assert batch is not None, message
     for part in (who, kernel, parameter, "is warmed only with", "W=", "capacity="):
         assert part in message, (part, message)
     path, _ = write_case(new_case(property="compile_keys", target=str(c128a_target.spec),
