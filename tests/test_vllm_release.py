@@ -636,3 +636,39 @@ def test_every_failure_to_load_a_version_is_one_line(tmp_path, vllm_cache, read_
     assert "\n" not in str(raised.value) and why in str(raised.value)
     assert "0.0.1" in str(raised.value)
     assert why in refusal(tmp_path, capsys, c128a_device, "vllm-release:0.0.1")
+
+
+@pytest.fixture
+def full_cache(tmp_path, monkeypatch) -> Path:
+    """$C128A_CACHE on a real 64 KiB tmpfs holding release 0.0.1's fake wheel
+    and a file that took every free byte left; unmounted at the end."""
+    mount_point = tmp_path / "full"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        monkeypatch.setenv(CACHE_ENV, str(mount_point))
+        make_wheel(cache_folder("0.0.1"), "0.0.1", {SOURCE_PATH: STAND_IN})
+        filler = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(filler, b"x" * 4096)
+        finally:
+            os.close(filler)
+        assert full.value.errno == errno.ENOSPC
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_full_cache_is_one_line_and_leaves_nothing_half_written(full_cache):
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    message = str(raised.value)
+    assert "\n" not in message and "No space left on device" in message, message
+    assert message.startswith("vllm-release:0.0.1: ") and f"${CACHE_ENV}" in message
+    folder = cache_folder("0.0.1")
+    assert sorted(p.name for p in folder.iterdir()) == ["vllm-0.0.1-py3-none-any.whl"]
