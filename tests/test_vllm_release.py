@@ -532,6 +532,19 @@ def test_a_read_only_cache_with_a_damaged_extract_is_refused(tmp_path, vllm_cach
     assert "Read-only file system" in refusal(tmp_path, capsys, c128a_device, "vllm-release:0.0.1")
 
 
+def test_an_older_extract_without_wheel_or_registry_names_both(tmp_path, vllm_cache, offline_pip):
+    """A cache folder copied from an older c128a to a host without a
+    registry: the download is tried, and its failure names the old extract."""
+    folder = cache_folder("0.0.1")
+    folder.mkdir(parents=True)
+    (folder / EXTRACT_NAME).write_text("# c128a-extract-format: 0\n# c128a-vllm-version: 0.0.1\n")
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    message = str(raised.value)
+    assert "the package index has no vllm 0.0.1" in message
+    assert f"{folder / EXTRACT_NAME} is of extract format 0" in message and "\n" not in message
+
+
 def test_a_users_own_extract_is_checked_for_its_names_only(tmp_path, vllm_cache):
     """``vllm-release:PATH`` at an extract: no digest to hold it to (the
     user's own, edited as they like), but every name it must define."""

@@ -138,9 +138,21 @@ def _from_version(spec: str, version: str) -> Target:
                         f"to rebuild it from; remove {folder} to download the release again, "
                         "or copy there a whole cache folder from a machine where it loads"
                     )
-                wheel = wheel or _download(version, folder)
+                if wheel is None:
+                    wheel = _download_for(version, folder, fault)
                 _write_from_wheel(spec, wheel, version, folder, cached=True)
     return _target(spec, folder / EXTRACT_NAME, version, digest=True)
+
+
+def _download_for(version: str, folder: Path, fault: _CacheFault) -> Path:
+    """:func:`_download`; where it fails beside an extract of another format
+    or version (a cache folder copied from an older c128a), the message says so."""
+    try:
+        return _download(version, folder)
+    except TargetUnavailable as exc:
+        if not (folder / EXTRACT_NAME).is_file():
+            raise
+        raise TargetUnavailable(f"{exc}; the cached {fault.reason}") from exc
 
 
 def _from_path(spec: str, path: Path) -> Target:
