@@ -14,8 +14,10 @@ real-release tests skip, except under ``CI``, where that is a failure.
 from __future__ import annotations
 
 import ast
+import errno
 import os
 import shutil
+import subprocess
 import textwrap
 import zipfile
 from pathlib import Path
@@ -23,8 +25,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from c128a import cli
 from c128a.checks import PROPERTIES, check_step
-from c128a.failures import TargetSpecError, TargetUnavailable
+from c128a.failures import EXIT_USAGE, TargetSpecError, TargetUnavailable
 from c128a.strategies import HISTORICAL_BATCHES
 from c128a.targets import load_target
 from c128a.targets.vllm_release import (
@@ -32,6 +35,7 @@ from c128a.targets.vllm_release import (
     EXTRACT_NAME,
     SOURCE_PATH,
     cache_folder,
+    cached_wheel,
 )
 
 REAL_VERSION = "0.34.0"
@@ -369,9 +373,203 @@ def test_real_release_properties(real_release, c128a_device, name):
     PROPERTIES[name].test(real_release, c128a_device)()
 
 
-def test_a_failed_download_is_remembered_for_the_other_workers(tmp_path, monkeypatch):
-    """Every worker of a run without a registry gets pip's reason at once,
-    instead of each trying pip in turn, one after another."""
+# ---------------------------------------------------------------- the cache: read-only, verified
+
+BUILDER_FIRST = STAND_IN.replace(
+    "def _grid(count):\n    return (cdiv(count, LANES),)\n\n\n", ""
+) + "\n\ndef _grid(count):\n    return (cdiv(count, LANES),)\n"
+"""STAND_IN with ``_grid`` after the builder (as vLLM 0.34.0 defines its
+launcher after ``build_c128a_topk_metadata``): an extract cut short before
+it still parses and defines the builder, which then fails with NameError."""
+CONSUMERS_EXTRACT = "c128a_vllm_cache_utils.py"
+
+
+def cached_release(version: str = "0.0.1", source: str = BUILDER_FIRST) -> Path:
+    """The cache folder of ``version`` holding a fake wheel and the extracts loaded from it."""
+    folder = cache_folder(version)
+    make_wheel(folder, version, {SOURCE_PATH: source})
+    load_target(f"vllm-release:{version}")
+    return folder
+
+
+def cut_short(path: Path) -> None:
+    """The extract without its last definition (``_grid``), still parsing."""
+    text = path.read_text()
+    path.write_text(text[: text.rindex("\n\n# ")] + "\n")
+    ast.parse(path.read_text())
+
+
+def edited(path: Path) -> None:
+    """The extract with one constant changed, every name still defined."""
+    text = path.read_text()
+    assert "LANES = 16" in text
+    path.write_text(text.replace("LANES = 16", "LANES = 8"))
+
+
+def tree(root: Path) -> dict[str, tuple[int, bytes | None]]:
+    """Every file and folder under ``root``: its modification time, and a file's bytes."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """``read_only(folder)``: ``folder`` seen through a read-only bind mount
+    (root ignores mode bits; a read-only mount refuses it too), unmounted at
+    the end. Skips where mounting is not permitted."""
+    views: list[Path] = []
+
+    def mount(folder: Path) -> Path:
+        view = tmp_path / f"read-only-{len(views)}"
+        view.mkdir()
+        for command in (["mount", "--bind", str(folder), str(view)],
+                        ["mount", "-o", "remount,ro,bind", str(view)]):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot mount {view} read-only here: `{' '.join(command)}` said "
+                            f"{done.stderr.strip() or done.returncode}")
+            if view not in views:
+                views.append(view)  # bound: unmounted at the end, even if the remount fails
+        with pytest.raises(OSError) as refused:
+            (view / ".probe").write_text("")
+        assert refused.value.errno == errno.EROFS
+        return view
+
+    yield mount
+    for view in reversed(views):
+        if subprocess.run(["umount", str(view)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(view)], capture_output=True)
+
+
+def refusal(tmp_path, capsys, device, spec: str) -> str:
+    """What ``c128a fuzz --target SPEC`` says, asserting it exits 2 with one
+    line and saves no case."""
+    capsys.readouterr()
+    status = cli.main([
+        "fuzz", "--device", device.type, "--workers", "1", "--no-stateful", "--no-live",
+        "--only", "matches_oracle", "--max-examples", "2", "--db", str(tmp_path / "db"),
+        "--cases-dir", str(tmp_path / "cases"), "--target", spec,
+    ])
+    err = capsys.readouterr().err
+    assert status == EXIT_USAGE, err
+    assert not list((tmp_path / "cases").rglob("*.json"))
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("c128a fuzz: "), err
+    return lines[0]
+
+
+def test_a_loaded_cache_is_read_again_without_writing(tmp_path, vllm_cache):
+    cached_release()
+    before = tree(vllm_cache)
+    assert callable(load_target("vllm-release:0.0.1").build_c128a_topk_metadata)
+    assert tree(vllm_cache) == before
+
+
+def test_a_read_only_cache_holding_the_extract_loads(tmp_path, vllm_cache, read_only, monkeypatch,
+                                                    c128a_device):
+    """A cache folder copied to a GPU host and mounted read-only there."""
+    cached_release()
+    monkeypatch.setenv(CACHE_ENV, str(read_only(vllm_cache)))
+    views = load_target("vllm-release:0.0.1").build_c128a_topk_metadata(*small_call(c128a_device))
+    assert views[1].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("damage", [cut_short, edited])
+def test_a_damaged_extract_is_rebuilt_from_the_cached_wheel(tmp_path, vllm_cache, damage):
+    folder = cached_release()
+    extract = folder / EXTRACT_NAME
+    written = extract.read_text()
+    damage(extract)
+    load_target("vllm-release:0.0.1")
+    assert extract.read_text() == written
+
+
+@pytest.mark.parametrize("damage", [cut_short, edited])
+def test_a_damaged_extract_without_its_wheel_is_refused(tmp_path, vllm_cache, capsys,
+                                                        c128a_device, damage):
+    """Not loaded (its NameError would be blamed on vLLM), and not
+    downloaded again: one line, exit status 2, no case saved."""
+    folder = cached_release()
+    cached_wheel(folder, "0.0.1").unlink()
+    damage(folder / EXTRACT_NAME)
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "vllm-release:0.0.1" in message and str(folder / EXTRACT_NAME) in message
+    assert "differs from what was written" in message
+    assert f"remove {folder}" in message
+    assert "vllm-release:0.0.1" in refusal(tmp_path, capsys, c128a_device, "vllm-release:0.0.1")
+
+
+def test_a_damaged_consumer_extract_is_rebuilt_or_refused(tmp_path, vllm_cache):
+    folder = cached_release()
+    consumers = folder / CONSUMERS_EXTRACT
+    written = consumers.read_text()
+    consumers.write_text(written + "X = 1\n")
+    load_target("vllm-release:0.0.1")
+    assert consumers.read_text() == written
+    cached_wheel(folder, "0.0.1").unlink()
+    consumers.write_text(written + "X = 1\n")
+    with pytest.raises(TargetUnavailable, match=f"{consumers}.*differs from what was written"):
+        load_target("vllm-release:0.0.1")
+
+
+def test_a_read_only_cache_with_a_damaged_extract_is_refused(tmp_path, vllm_cache, read_only,
+                                                             monkeypatch, capsys, c128a_device):
+    """The wheel is there, but the folder cannot be written to rebuild from it."""
+    folder = cached_release()
+    cut_short(folder / EXTRACT_NAME)
+    view = read_only(vllm_cache)
+    monkeypatch.setenv(CACHE_ENV, str(view))
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    message = str(raised.value)
+    assert "differs from what was written" in message
+    assert "Read-only file system" in message and f"${CACHE_ENV}" in message
+    assert "Read-only file system" in refusal(tmp_path, capsys, c128a_device, "vllm-release:0.0.1")
+
+
+def test_an_older_extract_without_wheel_or_registry_names_both(tmp_path, vllm_cache, offline_pip):
+    """A cache folder copied from an older c128a to a host without a
+    registry: the download is tried, and its failure names the old extract."""
+    folder = cache_folder("0.0.1")
+    folder.mkdir(parents=True)
+    (folder / EXTRACT_NAME).write_text("# c128a-extract-format: 0\n# c128a-vllm-version: 0.0.1\n")
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    message = str(raised.value)
+    assert "the package index has no vllm 0.0.1" in message
+    assert f"{folder / EXTRACT_NAME} is of extract format 0" in message and "\n" not in message
+
+
+def test_a_users_own_extract_is_checked_for_its_names_only(tmp_path, vllm_cache):
+    """``vllm-release:PATH`` at an extract: no digest to hold it to (the
+    user's own, edited as they like), but every name it must define."""
+    built = cached_release() / EXTRACT_NAME
+    mine = tmp_path / "mine" / EXTRACT_NAME
+    mine.parent.mkdir()
+    shutil.copy(built, mine)
+    edited(mine)
+    assert callable(load_target(f"vllm-release:{mine}").build_c128a_topk_metadata)
+    cut_short(mine)
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target(f"vllm-release:{mine}")
+    assert "\n" not in str(raised.value)
+    assert f"{mine}" in str(raised.value) and "defines no _grid" in str(raised.value)
+    # Made by hand, with no list of its names: what the builder reads is followed.
+    mine.write_text("".join(line for line in mine.read_text().splitlines(keepends=True)
+                            if not line.startswith("# c128a-selected:")))
+    with pytest.raises(TargetUnavailable, match="uses names it neither defines nor imports: _grid"):
+        load_target(f"vllm-release:{mine}")
+
+
+def test_a_failed_download_is_shared_within_one_run_only(tmp_path, monkeypatch):
+    """The workers of one pytest-xdist run get the first worker's reason at
+    once, instead of each trying pip in turn; the next run tries pip again,
+    however soon it starts, and so does every load outside such a run."""
     from c128a.targets import vllm_release
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
@@ -382,12 +580,108 @@ def test_a_failed_download_is_remembered_for_the_other_workers(tmp_path, monkeyp
         raise TargetUnavailable(f"vLLM {version}: pip could not reach the package index")
 
     monkeypatch.setattr(vllm_release, "download_wheel", no_network)
+    monkeypatch.setenv(vllm_release.RUN_ID_ENV, "run-1")
     for _ in range(3):
         with pytest.raises(TargetUnavailable, match="could not reach the package index"):
             load_target("vllm-release:0.34.0")
     assert attempts == ["0.34.0"]
-    remembered = tmp_path / "vllm-release" / "0.34.0" / vllm_release.UNAVAILABLE_NAME
-    os.utime(remembered, (0, 0))  # long ago: pip is tried again
-    with pytest.raises(TargetUnavailable):
+    monkeypatch.setenv(vllm_release.RUN_ID_ENV, "run-2")
+    with pytest.raises(TargetUnavailable, match="could not reach the package index"):
         load_target("vllm-release:0.34.0")
-    assert attempts == ["0.34.0", "0.34.0"]
+    assert attempts == ["0.34.0"] * 2
+    monkeypatch.delenv(vllm_release.RUN_ID_ENV)
+    for _ in range(2):
+        with pytest.raises(TargetUnavailable, match="could not reach the package index"):
+            load_target("vllm-release:0.34.0")
+    assert attempts == ["0.34.0"] * 4
+
+
+def test_a_version_that_does_not_load_leaves_no_cache_folder(tmp_path, vllm_cache, offline_pip,
+                                                             monkeypatch):
+    from c128a.targets import vllm_release
+
+    monkeypatch.setenv(vllm_release.RUN_ID_ENV, "run-1")  # its failure is remembered, elsewhere
+    with pytest.raises(TargetUnavailable, match="the package index has no vllm 0.0.2"):
+        load_target("vllm-release:0.0.2")
+    assert not cache_folder("0.0.2").exists()
+    wheel = make_wheel(tmp_path / "w", "0.0.3", {"vllm/other.py": "X = 1\n"})
+    with pytest.raises(TargetUnavailable, match="defines build_c128a_topk_metadata"):
+        load_target(f"vllm-release:{wheel}")
+    assert not cache_folder("0.0.3").exists()
+
+
+def _unwritable_cache(tmp_path, read_only, monkeypatch) -> str:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv(CACHE_ENV, str(read_only(tmp_path / "empty")))
+    return "Read-only file system"
+
+
+def _corrupt_wheel(tmp_path, read_only, monkeypatch) -> str:
+    cache_folder("0.0.1").mkdir(parents=True)
+    (cache_folder("0.0.1") / "vllm-0.0.1-py3-none-any.whl").write_bytes(b"not a zip")
+    return "is not a readable wheel"
+
+
+def _no_such_version(tmp_path, read_only, monkeypatch) -> str:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    return "the package index has no vllm 0.0.1"
+
+
+def _no_network(tmp_path, read_only, monkeypatch) -> str:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_RETRIES", "1")
+    monkeypatch.setenv("PIP_TIMEOUT", "5")
+    return "pip could not reach the package index"
+
+
+@pytest.mark.parametrize(
+    "fault", [_unwritable_cache, _corrupt_wheel, _no_such_version, _no_network]
+)
+def test_every_failure_to_load_a_version_is_one_line(tmp_path, vllm_cache, read_only, monkeypatch,
+                                                     capsys, c128a_device, fault):
+    why = fault(tmp_path, read_only, monkeypatch)
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    assert "\n" not in str(raised.value) and why in str(raised.value)
+    assert "0.0.1" in str(raised.value)
+    assert why in refusal(tmp_path, capsys, c128a_device, "vllm-release:0.0.1")
+
+
+@pytest.fixture
+def full_cache(tmp_path, monkeypatch) -> Path:
+    """$C128A_CACHE on a real 64 KiB tmpfs holding release 0.0.1's fake wheel
+    and a file that took every free byte left; unmounted at the end."""
+    mount_point = tmp_path / "full"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        monkeypatch.setenv(CACHE_ENV, str(mount_point))
+        make_wheel(cache_folder("0.0.1"), "0.0.1", {SOURCE_PATH: STAND_IN})
+        filler = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(filler, b"x" * 4096)
+        finally:
+            os.close(filler)
+        assert full.value.errno == errno.ENOSPC
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_full_cache_is_one_line_and_leaves_nothing_half_written(full_cache):
+    with pytest.raises(TargetUnavailable) as raised:
+        load_target("vllm-release:0.0.1")
+    message = str(raised.value)
+    assert "\n" not in message and "No space left on device" in message, message
+    assert message.startswith("vllm-release:0.0.1: ") and f"${CACHE_ENV}" in message
+    folder = cache_folder("0.0.1")
+    assert sorted(p.name for p in folder.iterdir()) == ["vllm-0.0.1-py3-none-any.whl"]

@@ -12,8 +12,10 @@ the stand-ins of :mod:`c128a.kernels.vllm_shims` (``triton``, ``tl``,
 else is reported as a change of the source's layout, naming what is missing.
 
 :func:`write_extract` writes the selection, verbatim and in source order,
-under a header saying where it came from, to a real ``.py`` file (Triton's
-JIT reads a kernel's source back from its file), and :func:`load_extract`
+under a header saying where it came from and recording the file's digest, to
+a real ``.py`` file (Triton's JIT reads a kernel's source back from its
+file); :func:`extract_fault` says why a file is not to be trusted (its
+digest, the names it must define), and :func:`load_extract`
 imports that file with :mod:`importlib` and returns the target namespace:
 ``build_c128a_topk_metadata``, ``jit_functions`` (the extract's Triton
 functions), ``validates_input = False`` (vLLM checks with ``assert``) and
@@ -49,11 +51,14 @@ from triton.runtime.jit import KernelInterface
 from ..contract import BUILD_FUNCTION, BuildArgs
 from . import vllm_shims
 
-EXTRACT_FORMAT = "1"
+EXTRACT_FORMAT = "2"
 """Bump when the extract's layout or the stand-ins change: cached extracts
-of another format are rebuilt."""
+of another format are rebuilt. 2: the header records the extract's digest."""
 HEADER_PREFIX = "# c128a-"
 FORMAT_KEY = "extract-format"
+DIGEST_KEY = "extract-sha256"
+"""The header line :func:`write_extract` adds: the sha256 of the file
+without that line, so that a copy cut short or an edit is noticed."""
 SUPPLIED_ROOTS = frozenset({"vllm", "torch", "triton"})
 """Modules whose names an extract may take from the stand-ins."""
 
@@ -313,19 +318,107 @@ def is_extract(path: Path) -> bool:
     return FORMAT_KEY in read_header(path)
 
 
+def _without_digest(text: str) -> tuple[str, str | None]:
+    """(``text`` less its header's digest line, the digest that line records)."""
+    lines = text.splitlines(keepends=True)
+    digest_line = f"{HEADER_PREFIX}{DIGEST_KEY}:"
+    for index, line in enumerate(lines):
+        if not line.startswith(HEADER_PREFIX):
+            break
+        if line.startswith(digest_line):
+            return "".join(lines[:index] + lines[index + 1 :]), line[len(digest_line) :].strip()
+    return text, None
+
+
+def sealed(text: str) -> str:
+    """``text`` (an extract's) with its digest as the header's last line."""
+    text, _ = _without_digest(text)
+    lines = text.splitlines(keepends=True)
+    end = next(
+        (i for i, line in enumerate(lines) if not line.startswith(HEADER_PREFIX)), len(lines)
+    )
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return "".join([*lines[:end], f"{HEADER_PREFIX}{DIGEST_KEY}: {digest}\n", *lines[end:]])
+
+
 def write_extract(extract: Extract, path: Path) -> Path:
-    """Write ``extract`` to ``path`` whole (aside, then renamed into place),
-    unless ``path`` already holds exactly that text."""
+    """Write ``extract``, sealed with its digest (:func:`sealed`), to
+    ``path`` whole (aside, then renamed into place), unless ``path`` already
+    holds exactly that text. An ``OSError`` leaves ``path`` as it was and
+    nothing aside."""
     path = Path(path)
+    text = sealed(extract.text)
     try:
-        if path.read_text(encoding="utf-8") == extract.text:
+        if path.read_text(encoding="utf-8") == text:
             return path
     except (OSError, UnicodeDecodeError):
         pass
     aside = path.with_name(f".{path.name}.{id(extract):x}.tmp")
-    aside.write_text(extract.text, encoding="utf-8")
-    aside.replace(path)
+    try:
+        aside.write_text(text, encoding="utf-8")
+        aside.replace(path)
+    except OSError:
+        aside.unlink(missing_ok=True)
+        raise
     return path
+
+
+def extract_fault(path: Path, digest: bool, required: tuple[str, ...] = ()) -> str | None:
+    """Why the extract at ``path`` cannot be trusted, or None: with
+    ``digest``, its text differs from what :func:`write_extract` wrote (cut
+    short, edited, or no digest recorded); always, it lacks a name its
+    header's ``selected`` line or ``required`` lists, or one of those
+    definitions reads a name the file neither defines nor imports (a
+    NameError at the first call, which would be blamed on the target)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read ({exc})"
+    if digest:
+        body, recorded = _without_digest(text)
+        if recorded is None:
+            return (f"records no digest ({HEADER_PREFIX}{DIGEST_KEY}): it was not written "
+                    "whole by c128a")
+        actual = hashlib.sha256(body.encode()).hexdigest()
+        if actual != recorded:
+            return (f"differs from what was written (sha256={actual[:16]}..., recorded "
+                    f"{recorded[:16]}...): cut short or edited since")
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        return f"does not parse ({exc})"
+    definitions, imports, _ = _top_level(tree)
+    header = read_header(path)
+    selected = [name.strip() for name in header.get("selected", "").split(",") if name.strip()]
+    wanted = list(dict.fromkeys([*selected, *required]))
+    absent = [name for name in wanted if name not in definitions]
+    if absent:
+        return f"defines no {', '.join(absent)} (names it must define: {', '.join(wanted)})"
+    # Names bound by other top-level statements (an ``if`` or ``try`` block
+    # in a hand-made extract) count as defined; a star import defines any.
+    bound = set(imports).union(*(
+        _bound_names(node) for node in tree.body
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ))
+    if any(alias.name == "*" for node in tree.body if isinstance(node, ast.ImportFrom)
+           for alias in node.names):
+        return None
+    unresolved: set[str] = set()
+    seen: set[int] = set()
+    pending = [definitions[name] for name in wanted]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for name in _free_names(node):
+            if name in definitions:
+                pending.append(definitions[name])
+            elif name not in bound:
+                unresolved.add(name)
+    if unresolved:
+        return f"uses names it neither defines nor imports: {', '.join(sorted(unresolved))}"
+    return None
 
 
 _LOADED: dict[tuple[str, str], SimpleNamespace] = {}

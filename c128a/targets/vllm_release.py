@@ -8,9 +8,16 @@ defaults to ``~/.cache/c128a``), reads ``vllm/models/deepseek_v4/sparse_mla.py``
 from it (or, where a release moved it, the one file of the wheel that defines
 the function), and writes there an *extract*: only the definitions the
 function needs, verbatim, beside stand-ins for the rest of vLLM
-(:mod:`c128a.kernels.vllm_release`, which also imports it). Later loads read
-the extract alone, so a cache folder copied to a machine without a package
-registry (a GPU host) works there as it is.
+(:mod:`c128a.kernels.vllm_release`, which also imports it), its digest in
+its header. Later loads read the extract alone and write nothing, so a cache
+folder copied to a machine without a package registry (a GPU host) works
+there as it is, read-only too. Each extract is verified before it is
+imported: its digest, and the names it must define (a copy cut short or an
+edit would otherwise fail with a NameError blamed on vLLM). One that fails
+is rebuilt from the cached wheel, under the cache's lock; without a wheel
+(or a writable folder) it is refused. ``vllm-release:PATH`` at an extract
+(the user's own, which nothing records a digest for) is held to its names
+only.
 
 Beside it go the extracts of the consumers of the builder's views that the
 same release ships (:mod:`c128a.kernels.vllm_consumers`); one the release
@@ -22,24 +29,28 @@ extract, or a folder holding an extract or one wheel.
 Errors: a spec that names no version and no existing path, or a path that
 holds nothing usable, is a :class:`~c128a.failures.TargetSpecError`; a
 release that cannot be fetched (no network, pip missing or failing, a version
-the index does not have) or whose source no longer reduces to an extract
-(the function missing, names the stand-ins do not supply) is a
-:class:`~c128a.failures.TargetUnavailable` naming the version and what is
-missing (tests that need the target then skip with it).
+the index does not have; the workers of one pytest-xdist run share the
+first attempt's reason, the next run tries again), a cache that cannot be
+written where it must be, a damaged extract or cached wheel, or a source
+that no longer reduces to an extract (the function missing, names the
+stand-ins do not supply) is a :class:`~c128a.failures.TargetUnavailable`:
+one line naming the spec or version and why. A version that does not load
+leaves no folder in the cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..contract import BUILD_FUNCTION
@@ -57,6 +68,9 @@ PIP_TIMEOUT_S = 1800
 VERSION_RE = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 """A public release version (PEP 440, without epoch or local part)."""
 VERSION_KEY = "vllm-version"
+SOURCE_VERSION = "source"
+"""The version an extract of a source file (not a release) records."""
+LOCK_NAME = ".lock"
 
 
 def is_vllm_release_spec(spec: str) -> bool:
@@ -106,18 +120,39 @@ def _consumers_module():
 
 
 def _from_version(spec: str, version: str) -> Target:
-    folder = _made(spec, cache_folder(version))
-    kernels = _kernels()
-    extract = folder / EXTRACT_NAME
-    with _locked(folder):
-        header = kernels.read_header(extract) if extract.exists() else {}
-        current = header.get(kernels.FORMAT_KEY) == kernels.EXTRACT_FORMAT
-        wheel = cached_wheel(folder, version)
-        if not (current and header.get(VERSION_KEY) == version):
-            _write_from_wheel(spec, wheel or _download_once(version, folder), version, extract)
-        elif wheel is not None and not _consumers_current(folder, version):
-            _write_consumers(spec, wheel, version, folder)
-    return _target(spec, extract, version)
+    """Release ``version`` from its cache folder: read as it is when its
+    extracts verify (nothing is written there, so the folder may be
+    read-only); else rebuilt, under the cache's lock, from the cached wheel,
+    or from a download where the folder holds no extract of this format and
+    version. A damaged extract with no wheel to rebuild it from is refused."""
+    folder = cache_folder(version)
+    fault = _cache_fault(folder, version)
+    if fault is not None:
+        with _writing(spec, folder, fault.reason):
+            fault = _cache_fault(folder, version)  # another process may have mended it meanwhile
+            if fault is not None:
+                wheel = cached_wheel(folder, version)
+                if wheel is None and not fault.download_mends:
+                    raise TargetUnavailable(
+                        f"{spec}: {fault.reason}, and {folder} holds no wheel of vLLM {version} "
+                        f"to rebuild it from; remove {folder} to download the release again, "
+                        "or copy there a whole cache folder from a machine where it loads"
+                    )
+                if wheel is None:
+                    wheel = _download_for(version, folder, fault)
+                _write_from_wheel(spec, wheel, version, folder, cached=True)
+    return _target(spec, folder / EXTRACT_NAME, version, digest=True)
+
+
+def _download_for(version: str, folder: Path, fault: _CacheFault) -> Path:
+    """:func:`_download`; where it fails beside an extract of another format
+    or version (a cache folder copied from an older c128a), the message says so."""
+    try:
+        return _download(version, folder)
+    except TargetUnavailable as exc:
+        if not (folder / EXTRACT_NAME).is_file():
+            raise
+        raise TargetUnavailable(f"{exc}; the cached {fault.reason}") from exc
 
 
 def _from_path(spec: str, path: Path) -> Target:
@@ -135,14 +170,16 @@ def _from_path(spec: str, path: Path) -> Target:
         path = wheels[0]
     if path.suffix == ".whl":
         version = _wheel_version(spec, path)
-        folder = _made(spec, cache_folder(version))
-        extract = folder / EXTRACT_NAME
-        with _locked(folder):
-            _write_from_wheel(spec, path, version, extract)
-        return _target(spec, extract, version)
+        folder = cache_folder(version)
+        with _writing(spec, folder, f"the wheel {path} is to be extracted into {folder}"):
+            _write_from_wheel(spec, path, version, folder, cached=False)
+        return _target(spec, folder / EXTRACT_NAME, version, digest=True)
     if path.suffix == ".py":
         if kernels.is_extract(path):
-            return _target(spec, path, kernels.read_header(path).get(VERSION_KEY, "unknown"))
+            # The user's own extract: nothing records what it should hold,
+            # so only the names it must define are checked.
+            version = kernels.read_header(path).get(VERSION_KEY, "unknown")
+            return _target(spec, path, version, digest=False)
         return _from_source_file(spec, path)
     raise TargetSpecError(
         f"target spec {spec!r}: {path} is not a wheel (.whl), a Python file (.py) or a folder"
@@ -151,7 +188,8 @@ def _from_path(spec: str, path: Path) -> Target:
 
 def _from_source_file(spec: str, path: Path) -> Target:
     """A vLLM source file (a patched ``sparse_mla.py``, say): extracted into
-    the cache beside the releases, under the file's digest."""
+    the cache beside the releases, under the file's digest (read from there
+    when it verifies, as a release's is)."""
     import hashlib
 
     kernels = _kernels()
@@ -162,22 +200,15 @@ def _from_source_file(spec: str, path: Path) -> Target:
             f"defining {BUILD_FUNCTION}"
         )
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    folder = _made(spec, cache_root() / PREFIX / f"source-{digest}")
-    extract = folder / EXTRACT_NAME
-    with _locked(folder):
-        _write_extract(spec, source, str(path.resolve()), {VERSION_KEY: "source"}, extract, "source")
-    return _target(spec, extract, "source")
-
-
-def _made(spec: str, folder: Path) -> Path:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TargetSpecError(
-            f"target spec {spec!r}: cannot create the cache folder {folder} ({exc}); "
-            f"set ${CACHE_ENV} to a writable folder"
-        ) from exc
-    return folder
+    folder = cache_root() / PREFIX / f"source-{digest}"
+    fault = _cache_fault(folder, SOURCE_VERSION)
+    if fault is not None:
+        made = _made_extract(spec, source, str(path.resolve()), {VERSION_KEY: SOURCE_VERSION},
+                             SOURCE_VERSION)
+        with _writing(spec, folder, fault.reason):
+            folder.mkdir(exist_ok=True)
+            kernels.write_extract(made, folder / EXTRACT_NAME)
+    return _target(spec, folder / EXTRACT_NAME, SOURCE_VERSION, digest=True)
 
 
 def _read_text(spec: str, path: Path) -> str:
@@ -187,8 +218,18 @@ def _read_text(spec: str, path: Path) -> str:
         raise TargetSpecError(f"target spec {spec!r}: cannot read {path} ({exc})") from exc
 
 
-def _target(spec: str, extract: Path, version: str) -> Target:
+def _target(spec: str, extract: Path, version: str, digest: bool) -> Target:
+    """The target of ``extract`` and the consumers' extracts beside it, each
+    verified first (:func:`~c128a.kernels.vllm_release.extract_fault`; its
+    digest too where ``digest``, as for the cache's own)."""
     kernels = _kernels()
+    for path in [extract, *(p for p in _consumer_extracts(extract.parent) if p.is_file())]:
+        fault = kernels.extract_fault(path, digest, _required_names(path, extract))
+        if fault is not None:
+            fix = ("load it by version or from its wheel to rebuild it" if digest else
+                   "point the spec at a complete extract, or at the vLLM source file or wheel "
+                   "to extract it from")
+            raise TargetUnavailable(f"{spec} (vLLM {version}): {path} {fault}; {fix}")
     try:
         namespace = kernels.load_extract(extract)
     except kernels.ExtractError as exc:
@@ -196,6 +237,101 @@ def _target(spec: str, extract: Path, version: str) -> Target:
     consumers, gaps = _consumers_module().load_consumers(extract.parent)
     return Target.from_object(spec, namespace, consumers=consumers,
                               consumer_gaps=tuple(gaps.items()))
+
+
+def _required_names(path: Path, extract: Path) -> tuple[str, ...]:
+    """What ``path`` must define beyond its header's ``selected`` line: the
+    builder, for the builder's extract."""
+    return (BUILD_FUNCTION,) if path == extract else ()
+
+
+# ---------------------------------------------------------------- the cache folder
+
+
+@dataclass(frozen=True)
+class _CacheFault:
+    """Why a cache folder's extracts are not loaded as they are."""
+
+    reason: str
+    download_mends: bool
+    """The folder holds no builder's extract of this format and version:
+    downloading the release is how it gets one (a damaged extract is
+    rebuilt from a cached wheel only)."""
+
+
+def _cache_fault(folder: Path, version: str) -> _CacheFault | None:
+    """What keeps ``folder``'s extracts from being loaded as they are, or
+    None. A consumers' extract the folder lacks counts only where its wheel
+    is cached to write it from (else the load names that consumer a gap)."""
+    kernels = _kernels()
+    extract = folder / EXTRACT_NAME
+    if not extract.is_file():
+        return _CacheFault(f"{folder} holds no {EXTRACT_NAME}", True)
+    stale = _stale(extract, version)
+    if stale is not None:
+        return _CacheFault(f"{extract} {stale}", True)
+    wheel = cached_wheel(folder, version)
+    for path in [extract, *_consumer_extracts(folder)]:
+        if not path.is_file():
+            if wheel is not None:
+                return _CacheFault(f"{folder} holds no {path.name}", False)
+            continue
+        fault = _stale(path, version) or kernels.extract_fault(
+            path, True, _required_names(path, extract)
+        )
+        if fault is not None:
+            return _CacheFault(f"{path} {fault}", False)
+    return None
+
+
+def _stale(path: Path, version: str) -> str | None:
+    """Why the extract at ``path`` is not of this format and ``version``, or None."""
+    kernels = _kernels()
+    header = kernels.read_header(path)
+    written = (header.get(kernels.FORMAT_KEY), header.get(VERSION_KEY))
+    if written == (kernels.EXTRACT_FORMAT, version):
+        return None
+    return (f"is of extract format {written[0] or 'none'} for vLLM {written[1] or 'unknown'} "
+            f"(wanted: format {kernels.EXTRACT_FORMAT} for {version})")
+
+
+def _consumer_extracts(folder: Path) -> list[Path]:
+    sources = _consumers_module().SOURCES
+    return [folder / file_name for file_name, _ in sources.values()]
+
+
+@contextlib.contextmanager
+def _writing(spec: str, folder: Path, why: str):
+    """The cache's lock held while ``folder`` is written (one process at a
+    time: pytest-xdist and fuzz workers load the target together). The lock
+    is one file for the whole cache, ``$C128A_CACHE/vllm-release/.lock``, so
+    a version that fails leaves no folder behind. An ``OSError`` (a
+    read-only or full file system) is a :class:`TargetUnavailable` saying
+    ``why`` the folder was to be written and what refused it."""
+    root = folder.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / LOCK_NAME, "a")
+    except OSError as exc:
+        raise TargetUnavailable(_unwritable(spec, why, root, exc)) from exc
+    with handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock
+            fcntl = None
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        except OSError as exc:
+            raise TargetUnavailable(_unwritable(spec, why, exc.filename or folder, exc)) from exc
+
+
+def _unwritable(spec: str, why: str, where, exc: OSError) -> str:
+    return (
+        f"{spec}: {why}, and {where} cannot be written ({exc.strerror or exc}); set "
+        f"${CACHE_ENV} to a writable folder, or copy there a cache folder whose extracts load"
+    )
 
 
 # ---------------------------------------------------------------- wheels
@@ -249,65 +385,36 @@ def read_builder_source(wheel: Path, version: str) -> tuple[str, str]:
     return found[0]
 
 
-def _write_from_wheel(spec: str, wheel: Path, version: str, extract: Path) -> None:
+def _write_from_wheel(spec: str, wheel: Path, version: str, folder: Path, cached: bool) -> None:
+    """The builder's and the consumers' extracts of ``wheel`` into ``folder``
+    (created only once the builder's extract is made). A wheel that cannot be
+    read is a spec error when the spec names it, and for the ``cached`` wheel
+    of a version, unavailable until removed."""
     try:
         member, source = read_builder_source(wheel, version)
     except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        if cached:
+            raise TargetUnavailable(
+                f"{spec}: the cached wheel {wheel} is not a readable wheel ({exc}); remove it "
+                "to download the release again"
+            ) from exc
         raise TargetSpecError(f"target spec {spec!r}: cannot read the wheel {wheel} ({exc})") from exc
     header = {VERSION_KEY: version, "wheel": wheel.name}
-    _write_extract(spec, source, member, header, extract, version)
-    _write_consumers(spec, wheel, version, extract.parent)
-
-
-def _consumer_extracts(folder: Path) -> list[Path]:
-    sources = _consumers_module().SOURCES
-    return [folder / file_name for file_name, _ in sources.values()]
-
-
-def _consumers_current(folder: Path, version: str) -> bool:
-    kernels = _kernels()
-    for path in _consumer_extracts(folder):
-        header = kernels.read_header(path) if path.exists() else {}
-        if header.get(kernels.FORMAT_KEY) != kernels.EXTRACT_FORMAT:
-            return False
-        if header.get(VERSION_KEY) != version:
-            return False
-    return True
-
-
-def _write_consumers(spec: str, wheel: Path, version: str, folder: Path) -> None:
-    """The consumers' extracts of ``wheel`` beside the builder's (one a
-    release lacks is named when the target loads, not an error here)."""
+    made = _made_extract(spec, source, member, header, version)
+    folder.mkdir(exist_ok=True)
+    _kernels().write_extract(made, folder / EXTRACT_NAME)
     try:
-        _consumers_module().write_extracts(wheel, folder, {VERSION_KEY: version, "wheel": wheel.name})
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        _consumers_module().write_extracts(wheel, folder, header)
+    except (zipfile.BadZipFile, UnicodeDecodeError) as exc:
         raise TargetSpecError(f"target spec {spec!r}: cannot read the wheel {wheel} ({exc})") from exc
 
 
-def _write_extract(spec, source, origin, header, extract: Path, version: str) -> None:
+def _made_extract(spec: str, source: str, origin: str, header: dict[str, str], version: str):
     kernels = _kernels()
     try:
-        made = kernels.make_extract(source, origin, header)
+        return kernels.make_extract(source, origin, header)
     except kernels.ExtractError as exc:
         raise TargetUnavailable(f"{spec} (vLLM {version}): {exc}") from exc
-    kernels.write_extract(made, extract)
-
-
-@contextlib.contextmanager
-def _locked(folder: Path):
-    """One process at a time fills a cache folder (pytest-xdist workers and
-    fuzz workers load the target together)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        yield
-        return
-    with open(folder / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 _NETWORK_SIGNS = (
@@ -324,33 +431,54 @@ _NETWORK_SIGNS = (
 )
 
 
-UNAVAILABLE_NAME = ".unavailable"
-UNAVAILABLE_FOR_S = 600.0
-"""How long a failed download is remembered: every process that loads the
-target in that time (each pytest-xdist or fuzz worker) gets the same reason at
-once, instead of waiting its turn to try pip again."""
+RUN_ID_ENV = "PYTEST_XDIST_TESTRUNUID"
+"""The run a process is part of: pytest-xdist sets it in each worker."""
+FAILED_DOWNLOADS_NAME = ".failed-downloads.json"
+"""Beside the lock: the downloads that failed in the latest run, and why."""
 
 
-def _download_once(version: str, folder: Path) -> Path:
-    """:func:`download_wheel`, or the reason it failed within the last
-    :data:`UNAVAILABLE_FOR_S` seconds (kept in the cache folder)."""
-    remembered = folder / UNAVAILABLE_NAME
+def _download(version: str, folder: Path) -> Path:
+    """:func:`download_wheel`, or the reason it failed earlier in this run
+    (``$PYTEST_XDIST_TESTRUNUID``): a run's workers get the first one's
+    reason at once instead of each trying pip in turn; the next run, or a
+    process outside such a run, tries again."""
+    run = os.environ.get(RUN_ID_ENV)
+    memory = folder.parent / FAILED_DOWNLOADS_NAME
+    failed = _failed_downloads(memory, run)
+    if version in failed:
+        raise TargetUnavailable(
+            f"{failed[version]} (the first attempt of this run, {RUN_ID_ENV}={run}; the next "
+            "run tries again)"
+        )
     try:
-        if time.time() - remembered.stat().st_mtime < UNAVAILABLE_FOR_S:
-            raise TargetUnavailable(remembered.read_text().strip() + " (remembered from an "
-                                    f"attempt under {UNAVAILABLE_FOR_S:g} s ago: {remembered})")
-    except OSError:
-        pass
-    try:
-        wheel = download_wheel(version, folder)
+        return download_wheel(version, folder)
     except TargetUnavailable as exc:
-        try:
-            remembered.write_text(f"{exc}\n")
-        except OSError:
-            pass
+        if run:
+            _remember_failed_downloads(memory, run, {**failed, version: str(exc)})
         raise
-    remembered.unlink(missing_ok=True)
-    return wheel
+
+
+def _failed_downloads(memory: Path, run: str | None) -> dict[str, str]:
+    """{version: why} of the downloads that failed in ``run`` ({} outside a run)."""
+    if not run:
+        return {}
+    try:
+        kept = json.loads(memory.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(kept, dict) or kept.get("run") != run:
+        return {}
+    failures = kept.get("failures")
+    return {str(k): str(v) for k, v in failures.items()} if isinstance(failures, dict) else {}
+
+
+def _remember_failed_downloads(memory: Path, run: str, failures: dict[str, str]) -> None:
+    aside = memory.with_name(f"{memory.name}.{os.getpid()}.tmp")
+    try:
+        aside.write_text(json.dumps({"run": run, "failures": failures}), encoding="utf-8")
+        aside.replace(memory)
+    except OSError:  # only the other workers' shortcut is lost: each tries pip itself
+        aside.unlink(missing_ok=True)
 
 
 def download_wheel(version: str, folder: Path) -> Path:
@@ -361,7 +489,8 @@ def download_wheel(version: str, folder: Path) -> Path:
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--disable-pip-version-check", requirement,
     ]
-    aside = Path(tempfile.mkdtemp(prefix=".download-", dir=folder))
+    # Downloaded beside the folder, which is made only for a wheel.
+    aside = Path(tempfile.mkdtemp(prefix=f".download-{version}-", dir=folder.parent))
     try:
         try:
             done = subprocess.run(
@@ -377,6 +506,7 @@ def download_wheel(version: str, folder: Path) -> Path:
         wheels = sorted(aside.glob("vllm-*.whl"))
         if done.returncode != 0 or not wheels:
             raise TargetUnavailable(_pip_failure(version, " ".join(command), done))
+        folder.mkdir(exist_ok=True)
         target = folder / wheels[0].name
         wheels[0].replace(target)
         return target
