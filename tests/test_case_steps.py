@@ -134,6 +134,7 @@ def test_no_kept_case_needs_its_blob(tmp_path, monkeypatch, kept):
     path.write_text(json.dumps(data))
     monkeypatch.setattr(cases, "run_state_machine_as_test", no_hypothesis)
     case = cases.load_case(path)
+    assert not cases.needs_its_blob(case)
     outcome = cases.replay_case(case, load_target(case.target), "cpu")
     assert outcome.verdict == cases.FAILS, outcome.report
 
@@ -155,3 +156,20 @@ def test_a_fuzz_run_saves_a_serving_loop_failure_with_its_steps(tmp_path):
     without_blob = dataclasses.replace(case, reproduce_blob=None)
     outcome = cases.replay_case(without_blob, load_target(PACKED_STRIDE), "cpu")
     assert outcome.verdict == cases.FAILS and STRIDE_DIFF in outcome.report
+
+
+@pytest.mark.parametrize("edit, field, rule", [
+    (lambda step: step["batch"].update(num_decode_tokens=1),
+     "machine_steps.steps[0].batch", "outside the contract"),
+    (lambda step: step["batch"].update(width="128"), "machine_steps.steps[0].batch.width",
+     "must be an integer"),
+    (lambda step: step.pop("description"), "machine_steps.steps[0].description",
+     "missing (required)"),
+])
+def test_a_malformed_recorded_step_names_its_field(tmp_path, edit, field, rule):
+    """A recorded step is read like a case's own batch: a bad one is the
+    case's fault (naming the step), never a failure of the target."""
+    path = kept_copy(tmp_path, lambda d: edit(d["machine_steps"]["steps"][0]))
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(path)
+    assert raised.value.field == field and rule in raised.value.rule, raised.value

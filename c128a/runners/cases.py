@@ -151,6 +151,13 @@ class Case:
                     path, "batch", f"outside the contract in more than its width and capacity "
                     f"(which outside_contract excuses): {reason}"
                 )
+        for index, step in enumerate(case.machine_steps.steps if case.machine_steps else ()):
+            # Replay builds each step at the replay target's own widths, so
+            # only the rest of a step must be inside the contract.
+            reason = breach_beside_widths(step.batch, case.padding_rows)
+            if reason is not None:
+                raise CaseError(path, f"machine_steps.steps[{index}].batch",
+                                f"outside the contract: {reason}")
         if case.kind == "failure" and case.batch is None and not case.reproduce_blob:
             raise CaseError(
                 path, "batch", "missing: a failure case needs its concrete inputs or its "
@@ -503,6 +510,12 @@ def describe_batch(batch: Batch) -> str:
         f"max_model_len={batch.max_model_len}, block table {len(batch.block_table)}x"
         f"{batch.table_width} (row stride {max(batch.block_table_row_stride, batch.table_width)})"
     )
+
+
+def needs_its_blob(case: Case) -> bool:
+    """Whether only the reproduce blob can replay ``case``: it has neither
+    concrete inputs nor recorded serving-loop steps."""
+    return case.batch is None and case.machine_steps is None
 
 
 def blob_problem(case: Case) -> str | None:
