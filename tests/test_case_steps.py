@@ -16,6 +16,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from c128a import cli
 from c128a.conformance import KEPT_CASES
 from c128a.failures import ContractViolation
 from c128a.replay import machine_steps_of, serving_loop_machine
@@ -58,6 +59,27 @@ def test_the_kept_serving_loop_case_replays_from_its_steps_without_the_blob(
     assert STRIDE_DIFF in still.report and "recorded engine step(s), without Hypothesis" in still.report
     fixed = cases.replay_case(case, load_target("reference"), "cpu")
     assert fixed.verdict == cases.PASSES, fixed.report
+
+
+def test_a_blob_driving_other_steps_gives_way_to_the_recorded_steps(tmp_path):
+    """This release reads the blob, but on a fixed target it drives other
+    steps than those printed (as after a change to the machine), which
+    would prove nothing: the recorded steps decide."""
+    case = cases.load_case(kept_copy(tmp_path, lambda d: d.update(
+        steps=d["steps"].replace("cached=0", "cached=5"))))
+    fixed = cases.replay_case(case, load_target("reference"), "cpu")
+    assert fixed.verdict == cases.PASSES, fixed.report
+    assert "recorded engine step(s), without Hypothesis" in fixed.report
+    assert "the blob now drives different steps" in fixed.report
+
+
+def test_replay_command_replays_the_kept_case_from_its_steps(tmp_path, capsys):
+    path = kept_copy(tmp_path, WITHOUT_A_USABLE_BLOB["blob from another release"])
+    assert cli.main(["replay", str(path), "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert "steps:    1 recorded engine step(s), max_model_len=262144" in out
+    assert "STILL FAILS" in out and "without Hypothesis" in out and STRIDE_DIFF in out
+    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference"]) == 0
 
 
 def test_the_kept_serving_loop_case_is_not_skipped_under_another_hypothesis(

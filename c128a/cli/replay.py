@@ -222,6 +222,10 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     print(f"padding:  padding_rows={target.padding_rows} ({variant_origin})")
     if case.batch is not None:
         print(f"inputs:   {describe_batch(case.batch)}")
+    if case.machine_steps is not None:
+        recorded = case.machine_steps
+        print(f"steps:    {len(recorded.steps)} recorded engine step(s), max_model_len="
+              f"{recorded.max_model_len}, captured at W={recorded.capture_width} when recorded")
     if case.outside_contract:
         print(f"note:     the inputs break the contract's preconditions: {case.outside_contract}")
     try:
