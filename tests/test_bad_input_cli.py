@@ -192,6 +192,10 @@ MALFORMED = [
                  id="extra-integral-float"),
     pytest.param(edited(lambda d: d.update(round_examples=-1)),
                  "round_examples", "-1 is outside [1, ", id="negative-round-examples"),
+    pytest.param(edited(lambda d: d["batch"].update(prior_width=100)),
+                 "batch.prior_width", "prior_width=100 must be 0", id="prior-width-unaligned"),
+    pytest.param(edited(lambda d: d["batch"].update(prior_width=256)),
+                 "batch.prior_width", "up to widest_width=128", id="prior-width-too-wide"),
 ]
 
 
@@ -234,6 +238,32 @@ def test_sizes_far_beyond_the_contract_fail_fast(tmp_path, capsys, c128a_device,
     err = capsys.readouterr().err
     assert status == EXIT_USAGE
     assert f"field {field!r}" in err and maximum in err
+
+
+def test_a_prior_width_the_builder_refuses_is_the_cases_fault_not_the_targets(
+    tmp_path, capsys, c128a_device
+):
+    """history_independent builds a step at ``prior_width`` before the case's
+    own: one the builder refuses is a malformed case (exit 2, naming the
+    file, the field and the rule), never the target's failure. (Before: the
+    case replayed and the reference itself was blamed, exit 1.)"""
+    bad = raw_file(tmp_path, "prior.json", edited(lambda d: (
+        d.update(property="history_independent"), d["batch"].update(prior_width=100))))
+    status = replay(c128a_device, bad, "--target", "reference")
+    captured = capsys.readouterr()
+    assert status == EXIT_USAGE
+    [line] = captured.err.splitlines()
+    assert str(bad) in line and "field 'batch.prior_width'" in line
+    assert "a multiple of 128" in line
+    assert "STILL FAILS" not in captured.out
+
+
+def test_a_case_error_names_the_file_once(tmp_path, capsys, c128a_device):
+    bad = raw_file(tmp_path, "bad.json", edited(lambda d: d["batch"].update(width="x")))
+    assert replay(c128a_device, bad, "--target", "reference") == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.count(str(bad)) == 1 and line.count("bad.json") == 1, line
+    assert line == f"error: {bad}: field 'batch.width': must be an integer, got a string 'x'"
 
 
 # ---------------------------------------------------------------- C: no import from a case alone

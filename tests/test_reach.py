@@ -11,8 +11,12 @@ naming the property, the dimension and the bucket.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from rich.console import Console
 
 from c128a import cli
 from c128a.checks import PROPERTIES
+from c128a.runners import killmatrix
 from c128a.runners.reach import (
     BUDGET_DEVICES,
     README_END,
@@ -101,6 +106,8 @@ def test_the_command_lists_what_a_short_run_misses(capsys):
     (["--examples", "0"], "--examples=0 must be >= 1"),
     (["--property", "nope"], "unknown --property nope"),
     (["--update-readme", "/nonexistent/README.md"], "no such file"),
+    (["--examples", "100001"], "--examples=100001 must be >= 1 and <= 100,000"),
+    (["--examples", str(10**12)], f"--examples={10**12} must be >= 1 and <= 100,000"),
 ])
 def test_the_command_refuses_bad_options(argv, message, capsys):
     assert cli.main(["reach", *argv]) == 2
@@ -125,3 +132,109 @@ def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
     shown = (tmp_path / "out").read_text()
     assert "tokens T" in shown and "1: 7" in shown and "above 8,192: 0" in shown
     assert all(d.name in shown for d in DIMENSIONS)
+
+
+# ---------------------------------------------------------------- --update-readme on real faults
+
+_MARKED = (f"{README_START}\nthe old table\n{README_END}\nmore\n"
+           f"{killmatrix.README_START}\nthe old matrix\n{killmatrix.README_END}\n")
+OLD_README = "intro\n".ljust(10 * 4096 - 64 - len(_MARKED), ".") + _MARKED
+"""Just under ten 4 KiB pages: a new table makes it longer than the pages
+it frees when it is truncated, so writing it in place on a full disk
+would leave it cut short."""
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount_point: Path):
+    """A real 64 KiB tmpfs at ``mount_point`` (unmounted after)."""
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture
+def readme_in_a_read_only_folder(tmp_path):
+    """A README in a folder mounted read-only (root ignores mode bits)."""
+    with small_tmpfs(tmp_path / "ro") as folder:
+        (folder / "README.md").write_text(OLD_README)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder / "README.md"
+
+
+@pytest.fixture
+def readme_on_a_full_disk(tmp_path):
+    """A README on a filesystem a filler file has filled: creating a file
+    still works, writing a byte fails with ENOSPC."""
+    with small_tmpfs(tmp_path / "full") as folder:
+        (folder / "README.md").write_text(OLD_README)
+        filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as full:
+                while True:
+                    os.write(filler, b"x" * 4096)
+        finally:
+            os.close(filler)
+        assert full.value.errno == errno.ENOSPC
+        yield folder / "README.md"
+
+
+def _one_line_and_the_readme_as_it_was(readme: Path, captured, command: str, words: str) -> None:
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"c128a {command}: --update-readme {readme}: ") and words in line, line
+    assert "Traceback" not in captured.err
+    assert readme.read_text() == OLD_README
+    assert sorted(p.name for p in readme.parent.iterdir()) in (["README.md"],
+                                                                ["README.md", "filler"])
+
+
+def test_reach_update_readme_in_a_read_only_folder_is_one_line_exit_2(
+    readme_in_a_read_only_folder, capsys
+):
+    readme = readme_in_a_read_only_folder
+    status = cli.main(["reach", "--property", "views", "--examples", "1",
+                       "--update-readme", str(readme)])
+    assert status == 2
+    _one_line_and_the_readme_as_it_was(readme, capsys.readouterr(), "reach",
+                                       "Read-only file system")
+
+
+def test_reach_update_readme_on_a_full_disk_leaves_the_readme_whole(readme_on_a_full_disk, capsys):
+    """The new table is written aside and renamed over the README: a disk
+    that fills leaves the old README, never a truncated one."""
+    readme = readme_on_a_full_disk
+    status = cli.main(["reach", "--property", "views", "--examples", "1",
+                       "--update-readme", str(readme)])
+    assert status == 2
+    _one_line_and_the_readme_as_it_was(readme, capsys.readouterr(), "reach",
+                                       "No space left on device")
+
+
+def test_mutants_update_readme_in_a_read_only_folder_is_refused_before_any_row(
+    readme_in_a_read_only_folder, capsys
+):
+    readme = readme_in_a_read_only_folder
+    status = cli.main(["mutants", "--device", "cpu", "--spec", "c128a.mutants:packed_stride",
+                       "--expect-pass", "reference", "--property", "views", "--max-examples", "1",
+                       "--markdown", "--update-readme", str(readme)])
+    assert status == 2
+    captured = capsys.readouterr()
+    assert "packed_stride" not in captured.out  # no matrix: refused before it
+    _one_line_and_the_readme_as_it_was(readme, captured, "mutants", "Read-only file system")
+
+
+def test_update_readme_replaces_only_the_marked_text_and_keeps_the_mode(tmp_path):
+    from c128a.runners.readme import update_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text(OLD_README)
+    readme.chmod(0o640)
+    update_readme(readme, "the new table", README_START, README_END, "the reach table")
+    assert readme.read_text() == OLD_README.replace("the old table", "the new table")
+    assert readme.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]

@@ -18,16 +18,21 @@ from ..checks import PROPERTIES
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
 from ..runners.killmatrix import (
     DEFAULT_EXPECT_PASS,
+    README_END,
+    README_START,
     default_mutant_specs,
     kill_matrix,
     markdown_table,
     problems,
     rich_table,
     targets_from_mapping,
-    update_readme,
 )
+from ..runners.readme import check_readme, update_readme
 from ..targets import held_to, import_object
 from .common import add_target_arguments, choose_device, load, padding_rows_override
+
+
+README_TABLE = "the kill matrix"  # what --update-readme writes between the markers
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
                 f"unknown --property {', '.join(unknown)}; choose from {', '.join(PROPERTIES)}"
             )
         properties = {name: PROPERTIES[name] for name in args.property}
-    if args.update_readme is not None and not args.update_readme.is_file():
-        raise UsageError(f"--update-readme {args.update_readme}: no such file")
+    if args.update_readme is not None:  # before the matrix, which takes minutes
+        check_readme(args.update_readme, README_START, README_END, README_TABLE)
     expect_pass = tuple(args.expect_pass or DEFAULT_EXPECT_PASS)
     if args.target and args.target not in expect_pass:
         expect_pass += (args.target,)  # --target names one more correct target
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         Console().print(rich_table(matrix, expect_pass))
     if args.update_readme is not None:
-        update_readme(args.update_readme, table)
+        update_readme(args.update_readme, table, README_START, README_END, README_TABLE)
     found = problems(matrix, expect_pass)
     for line in found:
         print(f"c128a mutants: {line}")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from ..checks import PROPERTIES
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
-from ..runners.killmatrix import update_readme
+from ..runners.readme import check_readme, update_readme
 from ..runners.reach import (
     BUDGET_DEVICES,
+    MAX_REACH_EXAMPLES,
     README_END,
     README_START,
     REACH_EXAMPLES,
@@ -26,6 +27,9 @@ from ..runners.reach import (
 )
 
 
+README_TABLE = "the reach table"  # what --update-readme writes between the markers
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--property", action="append", default=None, metavar="NAME",
@@ -33,7 +37,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--examples", type=int, default=REACH_EXAMPLES, metavar="N",
-        help=f"derandomised draws per property and budget (default {REACH_EXAMPLES})",
+        help=f"derandomised draws per property and budget, 1 to {MAX_REACH_EXAMPLES:,} "
+        f"(default {REACH_EXAMPLES})",
     )
     parser.add_argument("--markdown", action="store_true",
                         help="print the README's reach table (the ci profile's draws)")
@@ -44,22 +49,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.examples < 1:
-        raise UsageError(f"--examples={args.examples} must be >= 1")
+    if not 1 <= args.examples <= MAX_REACH_EXAMPLES:
+        raise UsageError(
+            f"--examples={args.examples} must be >= 1 and <= {MAX_REACH_EXAMPLES:,} "
+            f"(derandomised draws per property and budget); the default {REACH_EXAMPLES} "
+            "reaches every bucket, more only takes longer"
+        )
     unknown = sorted(set(args.property or ()) - set(PROPERTIES))
     if unknown:
         raise UsageError(
             f"unknown --property {', '.join(unknown)}; choose from {', '.join(PROPERTIES)}"
         )
-    if args.update_readme is not None and not args.update_readme.is_file():
-        raise UsageError(f"--update-readme {args.update_readme}: no such file")
+    if args.update_readme is not None:
+        check_readme(args.update_readme, README_START, README_END, README_TABLE)
     properties = {name: PROPERTIES[name] for name in args.property or PROPERTIES}
     if args.markdown or args.update_readme is not None:
         table = markdown_reach(properties)
         if args.markdown:
             print(table)
         if args.update_readme is not None:
-            update_readme(args.update_readme, table, README_START, README_END, "the reach table")
+            update_readme(args.update_readme, table, README_START, README_END, README_TABLE)
     missing = {key: found for key, found in property_reach(properties, BUDGET_DEVICES,
                                                            args.examples).items() if found}
     if missing:

@@ -205,7 +205,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         # The variant the case recorded, unless an option names one.
         target = held_to(target, replay_variant(case, override))
     except (CaseError, UsageError) as exc:
-        print(f"error: {file}: {exc}", file=sys.stderr)
+        print(f"error: {_naming_the_file(exc, file)}", file=sys.stderr)
         return EXIT_USAGE
     if not args.in_process and (case.kind in ISOLATED_KINDS
                                 or getattr(args, "isolate_every_case", False)):
@@ -222,6 +222,10 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     print(f"padding:  padding_rows={target.padding_rows} ({variant_origin})")
     if case.batch is not None:
         print(f"inputs:   {describe_batch(case.batch)}")
+    if case.machine_steps is not None:
+        recorded = case.machine_steps
+        print(f"steps:    {len(recorded.steps)} recorded engine step(s), max_model_len="
+              f"{recorded.max_model_len}, captured at W={recorded.capture_width} when recorded")
     if case.outside_contract:
         print(f"note:     the inputs break the contract's preconditions: {case.outside_contract}")
     try:
@@ -233,7 +237,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         outcome = replay_case(case, target, device, properties=properties,
                               machine_factory=machine, padding_rows=override)
     except (CaseError, UsageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_naming_the_file(exc, file)}", file=sys.stderr)
         return EXIT_USAGE
     if outcome.verdict == PASSES:
         print("result:   PASSES now\n")
@@ -241,6 +245,13 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     print("result:   STILL FAILS" if outcome.verdict == FAILS else "result:   CANNOT REPLAY here")
     print("  " + outcome.report.replace("\n", "\n  ") + "\n", flush=True)
     return EXIT_FAILED if outcome.verdict == FAILS else EXIT_USAGE
+
+
+def _naming_the_file(exc: Exception, file: str) -> str:
+    """``exc``'s message naming ``file`` once: a case error names its own file."""
+    if isinstance(exc, CaseError) and exc.path is not None:
+        return str(exc)
+    return f"{file}: {exc}"
 
 
 def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str, spec: str,

@@ -19,6 +19,7 @@ from .harness import (
     pad_decode_to_capture_size,
     padded_size,
 )
+from .recorded import MachineStep, MachineSteps, machine_steps_of
 from .serving import (
     COMPILE_KEYS_SETTINGS,
     build_machine,
@@ -29,6 +30,8 @@ from .serving import (
 __all__ = [
     "COMPILE_KEYS_SETTINGS",
     "KV_VALUE_BASE",
+    "MachineStep",
+    "MachineSteps",
     "OUT_OF_TABLE",
     "ConsumerOutput",
     "Geometry",
@@ -40,6 +43,7 @@ __all__ = [
     "consume",
     "freeze",
     "kv_table",
+    "machine_steps_of",
     "pad_decode_to_capture_size",
     "padded_size",
     "sentinel_lengths",

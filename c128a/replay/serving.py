@@ -21,6 +21,7 @@ that W crosses powers of two up and down.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
@@ -36,6 +37,7 @@ from ..strategies.reach import BY_NAME, WIDTH_HISTORY
 from ..failures import ContractViolation, HarnessError
 from ..step import Batch, StepRequest, assemble_batch
 from .harness import ReplayHarness
+from .recorded import MachineStep, MachineSteps, attach_steps
 
 DEFAULT_MAX_MODEL_LEN = {
     "cuda": 1_048_576,  # capacity 8192: every width 128 ... 8192 is reachable
@@ -144,6 +146,9 @@ def build_machine(
 
     The engine is captured once per machine class; each run starts from the
     state right after capture (:meth:`c128a.replay.ReplayHarness.reset`).
+    A failing example's exception carries the steps it built
+    (:func:`c128a.replay.recorded.machine_steps_of`), and the class's
+    ``replay_recorded(steps)`` runs such a record again without Hypothesis.
     """
     device = torch.device(device)
     if max_model_len is None:
@@ -161,24 +166,46 @@ def build_machine(
 
     engine: list[ReplayHarness] = []  # captured on the first run, reset for later ones
 
+    def new_engine(model_len: int, kv_slots: int, capture_limit: int,
+                   table_block_size: int) -> ReplayHarness:
+        return ReplayHarness(
+            target,
+            device,
+            max_model_len=model_len,
+            kv_slots=kv_slots,
+            capture_limit=capture_limit,
+            block_size=table_block_size,
+            build_step=build_step,
+            strict_sentinels=strict_sentinels,
+            check_window=check_window,
+        )
+
     def started_engine() -> ReplayHarness:
         if engine:
             engine[0].reset()
         else:
             engine.append(
-                ReplayHarness(
-                    target,
-                    device,
-                    max_model_len=max_model_len,
-                    kv_slots=num_pages * block_size,
-                    capture_limit=CAPTURE_LIMIT,
-                    block_size=block_size,
-                    build_step=build_step,
-                    strict_sentinels=strict_sentinels,
-                    check_window=check_window,
-                )
+                new_engine(max_model_len, num_pages * block_size, CAPTURE_LIMIT, block_size)
             )
         return engine[0]
+
+    def replay_recorded(recorded: MachineSteps) -> ReplayHarness:
+        """Run ``recorded``'s steps in order on a fresh engine of its
+        recorded size, captured at this target's width, with this machine's
+        checks; each step built at the width this target's policy chooses
+        for it. Whatever a check raises passes through. No Hypothesis."""
+        harness = new_engine(recorded.max_model_len, recorded.kv_slots,
+                             recorded.capture_limit, recorded.block_size)
+        for step in recorded.steps:
+            batch = dataclasses.replace(
+                step.batch, capacity=harness.capacity, buffer_rows=harness.rows,
+                width=target_width(target, step.batch.max_seq_len, COMPRESS_RATIO,
+                                   harness.capacity),
+            )
+            if on_step is not None:
+                on_step(batch, step.description)
+            harness.run_step(batch)
+        return harness
 
     class ServingLoop(RuleBasedStateMachine):
         requests = Bundle("requests")
@@ -192,6 +219,7 @@ def build_machine(
             self.last_width: int | None = None
             self.width_changes = 0
             self.largest_drop = 0
+            self.built: list[MachineStep] = []  # this example's steps, for its failure
 
         # Rules --------------------------------------------------------------
 
@@ -279,9 +307,16 @@ def build_machine(
             batch = self.harness.pad(self._batch(decode, prefill))
             description = f"[{cause}] " + self._describe(batch, decode, prefill)
             note(description)
-            if on_step is not None:
-                on_step(batch, description)
-            outcome = self.harness.run_step(batch)
+            self.built.append(MachineStep(description, batch))
+            try:
+                if on_step is not None:
+                    on_step(batch, description)
+                outcome = self.harness.run_step(batch)
+            except Exception as exc:
+                # The failure carries the steps that led to it: a case
+                # replays them without the blob (c128a.runners.cases).
+                attach_steps(exc, self._recorded())
+                raise
             self._observe(outcome)
 
             for request, count in decode:
@@ -289,6 +324,14 @@ def build_machine(
             for request, count in prefill:
                 request.length += count
                 request.prompt_left -= count
+
+        def _recorded(self) -> MachineSteps:
+            harness = self.harness
+            return MachineSteps(
+                max_model_len=harness.max_model_len, capture_width=harness.capture_width,
+                capture_limit=harness.sizes[-1], kv_slots=harness.kv.numel(),
+                block_size=harness.block_size, steps=tuple(self.built),
+            )
 
         def _batch(self, decode, prefill) -> Batch:
             def scheduled(request, count) -> StepRequest:
@@ -353,6 +396,7 @@ def build_machine(
                 event("pages reused")
 
     ServingLoop.__name__ = ServingLoop.__qualname__ = "ServingLoop"
+    ServingLoop.replay_recorded = staticmethod(replay_recorded)
     return ServingLoop
 
 

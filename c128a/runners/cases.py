@@ -11,15 +11,19 @@ Its schema is the :class:`Case` dataclass itself (:mod:`c128a.step.schema`).
 Kinds: ``failure`` (a property's check raised; the shrunk example, or the
 first failing one when shrinking was cut short), ``crash`` and ``hang`` (the
 input a fuzz worker was running when it died or stopped answering),
-``serving_loop`` (a failure of the stateful serving-loop machine: its step
-list and reproduce blob, no concrete batch). A case whose inputs break the
+``serving_loop`` (a failure of the stateful serving-loop machine: the
+engine steps it built, each a concrete batch, in ``machine_steps``, its
+printed step list and its reproduce blob; no single batch). A case whose inputs break the
 contract's preconditions (the target's own policy chose them) says so in
 ``outside_contract``, which excuses the width and capacity only; any other
 case must hold inputs inside the contract.
 
-A case replays from its concrete inputs, else from its reproduce blob (the
-Hypothesis version that wrote it), else, for a serving-loop round, from its
-seed; a case that has none of these cannot be replayed.
+A case replays from its concrete inputs; a serving-loop failure from its
+reproduce blob where the Hypothesis version that wrote it is installed (a
+shortcut), else from its recorded engine steps, with no Hypothesis at all;
+without either, a property failure from its blob, a serving-loop round from
+its seed. A case that has none of these cannot be replayed. Cases written
+before serving-loop steps were recorded replay from their blob as before.
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ from ..contract import (
 from ..failures import BadArgument, CaseError, ContractViolation, failure_text, is_kill
 from ..hypothesis_private import blob_misfit
 from ..options import DEFAULT_CASES_DIR, DEFAULT_MACHINE, DEFAULT_PROPERTIES
+from ..replay.recorded import MachineSteps, machine_steps_of
 from ..step import Batch
-from ..step.schema import INT32, Range, from_json
+from ..step.schema import INT32, Range, from_json, to_json
 from ..targets import held_to, import_object
 from . import sanitizer
 
@@ -94,7 +99,9 @@ class Case:
     device: str | None = None
     seed: int | None = None
     reproduce_blob: str | None = None
-    steps: str | None = None
+    steps: str | None = None  # the machine's steps as Hypothesis printed them, for the reader
+    # The engine steps a serving-loop failure built, replayable without Hypothesis.
+    machine_steps: MachineSteps | None = None
     outside_contract: str | None = None  # why the inputs break the contract's preconditions
     # A serving-loop round's size: replayable from its seed.
     round_examples: Annotated[int, Range(1, INT32.high)] | None = None
@@ -112,9 +119,7 @@ class Case:
         data: dict[str, Any] = {"format": CASE_FORMAT}
         for spec in dataclasses.fields(self):
             if spec.metadata.get("json", True):
-                data[spec.name] = getattr(self, spec.name)
-        data["batch"] = self.batch.to_json() if self.batch is not None else None
-        data["versions"] = dict(self.versions)
+                data[spec.name] = to_json(getattr(self, spec.name))
         return data
 
     @classmethod
@@ -146,13 +151,23 @@ class Case:
                     path, "batch", f"outside the contract in more than its width and capacity "
                     f"(which outside_contract excuses): {reason}"
                 )
+        for index, step in enumerate(case.machine_steps.steps if case.machine_steps else ()):
+            # Replay builds each step at the replay target's own widths, so
+            # only the rest of a step must be inside the contract.
+            reason = breach_beside_widths(step.batch, case.padding_rows)
+            if reason is not None:
+                raise CaseError(path, f"machine_steps.steps[{index}].batch",
+                                f"outside the contract: {reason}")
         if case.kind == "failure" and case.batch is None and not case.reproduce_blob:
             raise CaseError(
                 path, "batch", "missing: a failure case needs its concrete inputs or its "
                 "reproduce_blob"
             )
-        if case.kind == SERVING_LOOP and not (case.reproduce_blob or case.steps):
-            raise CaseError(path, "steps", "a serving_loop case needs its steps or reproduce_blob")
+        if case.kind == SERVING_LOOP and not (
+            case.reproduce_blob or case.steps or case.machine_steps
+        ):
+            raise CaseError(path, "steps", "a serving_loop case needs its machine_steps, steps "
+                            "or reproduce_blob")
         return dataclasses.replace(case, path=Path(path) if path is not None else None)
 
 
@@ -203,11 +218,15 @@ def case_identity(case: Case) -> str:
     differing in any of these never share a file. Without concrete inputs:
     a serving-loop failure's steps; a crashed or hung round's seed and size
     (every such crash is its own case); a failure drawn from the target's
-    policy, its blob."""
+    policy, its blob. A serving-loop failure's printed steps name it even
+    where its engine steps are recorded too (the kept files keep their names)."""
     if case.batch is not None:
         inputs: Any = {"kind": case.kind, "target": case.target, "batch": _batch_inputs(case)}
     elif case.kind == SERVING_LOOP and case.steps:
         inputs = {"kind": case.kind, "target": case.target, "steps": case.steps}
+    elif case.kind == SERVING_LOOP and case.machine_steps is not None:
+        inputs = {"kind": case.kind, "target": case.target,
+                  "machine_steps": to_json(case.machine_steps)}
     elif case.kind in ("crash", "hang"):
         inputs = {"kind": case.kind, "target": case.target, "seed": case.seed,
                   "round_examples": case.round_examples, "steps": case.steps}
@@ -258,11 +277,16 @@ def _saved_as(path: Path, case: Case) -> bool:
 
 
 def readable_json(data: Any, indent: str = "") -> str:
-    """JSON with one object key per line and every list on one line (short diffs)."""
+    """JSON with one object key per line and every list of numbers or text
+    on one line; a list of objects (a serving-loop case's steps) has one
+    object after another (short diffs)."""
+    inner = indent + "  "
     if isinstance(data, dict) and data:
-        inner = indent + "  "
         items = [f"{inner}{json.dumps(k)}: {readable_json(v, inner)}" for k, v in data.items()]
         return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(data, list) and data and all(isinstance(v, dict) for v in data):
+        items = [f"{inner}{readable_json(v, inner)}" for v in data]
+        return "[\n" + ",\n".join(items) + f"\n{indent}]"
     return json.dumps(data)
 
 
@@ -488,6 +512,12 @@ def describe_batch(batch: Batch) -> str:
     )
 
 
+def needs_its_blob(case: Case) -> bool:
+    """Whether only the reproduce blob can replay ``case``: it has neither
+    concrete inputs nor recorded serving-loop steps."""
+    return case.batch is None and case.machine_steps is None
+
+
 def blob_problem(case: Case) -> str | None:
     """Why the case's reproduce blob cannot drive this installation's Hypothesis."""
     if not case.reproduce_blob:
@@ -537,14 +567,49 @@ def _run_pinned(run, *, steps: bool = False) -> tuple[BaseException | None, str]
 
 
 def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
-    """Rerun a serving-loop failure from its reproduce blob, or a crashed or
-    hung round from its seed."""
+    """Rerun a serving-loop failure: from its reproduce blob where this
+    Hypothesis can read it (a shortcut), else, or when the blob no longer
+    drives the machine, from its recorded engine steps (no Hypothesis);
+    a crashed or hung round from its seed."""
     problem = blob_problem(case)
-    if problem is not None:
-        if case.kind in ("crash", "hang") and case.seed is not None and case.round_examples:
-            return replay_round(case, target, device, machine_factory)
-        steps = case.steps or "(none recorded)"
-        return Outcome(CANNOT_REPLAY, f"{problem}; the recorded steps were:\n{steps}")
+    if problem is None:
+        outcome = replay_machine_from_blob(case, target, device, machine_factory)
+        if outcome.replayable or case.machine_steps is None:
+            return outcome
+        problem = outcome.report.splitlines()[0]
+    if case.machine_steps is not None:
+        return replay_machine_steps(case, target, device, machine_factory, problem)
+    if case.kind in ("crash", "hang") and case.seed is not None and case.round_examples:
+        return replay_round(case, target, device, machine_factory)
+    steps = case.steps or "(none recorded)"
+    return Outcome(CANNOT_REPLAY, f"{problem}, and it has no machine_steps; the recorded "
+                   f"steps were:\n{steps}")
+
+
+def replay_machine_steps(case: Case, target, device, machine_factory, why: str) -> Outcome:
+    """Run a serving-loop case's recorded engine steps through the machine's
+    engine and checks (its ``replay_recorded``): no Hypothesis, so any
+    release replays it. ``why``: why the blob was not used."""
+    recorded = case.machine_steps
+    machine = machine_factory(target, device)
+    replay = getattr(machine, "replay_recorded", None)
+    if replay is None:
+        return Outcome(
+            CANNOT_REPLAY, f"{why}; the machine {machine.__name__} cannot replay recorded steps "
+            "(it has no replay_recorded): replay with the default --machine"
+        )
+    how = (f"replayed from its {len(recorded.steps)} recorded engine step(s), without "
+           f"Hypothesis ({why})")
+    try:
+        replay(recorded)
+    except Exception as exc:  # noqa: BLE001 - any error is the failure being replayed
+        return _verdict_of(exc, f"{failure_text(exc)}\n{how}:\n{recorded.listing()}")
+    return Outcome(PASSES, f"the recorded steps no longer fail; {how}")
+
+
+def replay_machine_from_blob(case: Case, target, device, machine_factory) -> Outcome:
+    """Rerun a serving-loop failure from its reproduce blob (this Hypothesis
+    wrote it: :func:`blob_problem` is None)."""
     machine = machine_factory(target, device)
     pinned = type(machine.__name__, (machine,), {})
     reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
@@ -567,6 +632,27 @@ def replay_machine(case: Case, target, device, machine_factory) -> Outcome:
             f"recorded:\n{case.steps}\nreplayed:\n{printed}",
         )
     return Outcome(PASSES, "the recorded step sequence no longer fails")
+
+
+def machine_steps_from_blob(case: Case, target, device, machine_factory) -> MachineSteps:
+    """The engine steps a serving-loop case's blob drives the machine through
+    on ``target`` (which must still fail), to record in a case written
+    before steps were: its blob must be this Hypothesis's."""
+    problem = blob_problem(case)
+    if problem is not None:
+        raise CaseError(case.path, "reproduce_blob", f"cannot record steps: {problem}")
+    machine = machine_factory(target, device)
+    pinned = type(machine.__name__, (machine,), {})
+    reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
+    exc, _ = _run_pinned(
+        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None)),
+        steps=True,
+    )
+    recorded = machine_steps_of(exc)
+    if recorded is None or not is_kill(exc):
+        raise CaseError(case.path, "reproduce_blob", f"cannot record steps: on {target.spec} the "
+                        f"blob drives no failing step ({failure_text(exc) if exc else 'it passes'})")
+    return recorded
 
 
 def replay_round(case: Case, target, device, machine_factory) -> Outcome:

@@ -13,7 +13,6 @@ the property.
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from ..checks.profiles import CI_PROFILE, register_profiles
 from ..failures import UsageError, is_kill
 from ..mutants import MUTANTS
 from ..targets import Target
+from . import readme
 
 README_START = "<!-- kill-matrix:start -->"
 README_END = "<!-- kill-matrix:end -->"
@@ -195,13 +195,5 @@ def rich_table(matrix, expect_pass) -> Table:
 def update_readme(path: Path, table: str, start: str = README_START, end: str = README_END,
                   what: str = "the kill matrix") -> None:
     """Replace the text between the ``start`` and ``end`` markers of ``path``
-    with ``table``."""
-    text = path.read_text()
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
-    if not pattern.search(text):
-        raise UsageError(
-            f"--update-readme {path} has no {start} ... {end} markers; add them "
-            f"where {what} belongs"
-        )
-    replacement = f"{start}\n{table}\n{end}"
-    path.write_text(pattern.sub(lambda _: replacement, text, count=1))
+    with ``table`` (atomically: :func:`c128a.runners.readme.update_readme`)."""
+    readme.update_readme(path, table, start, end, what)

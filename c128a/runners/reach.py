@@ -32,6 +32,8 @@ README_END = "<!-- reach:end -->"
 REACH_EXAMPLES = 600
 """Draws each property's strategy gets to reach every bucket: cheap (nothing
 is built), and each rare bucket is drawn several times in it."""
+MAX_REACH_EXAMPLES = 100_000
+"""The most draws ``c128a reach --examples`` takes per property and budget."""
 
 BUDGET_DEVICES = ("cpu", "cuda")
 """The devices whose size budgets the reach is proven for (by name: nothing

@@ -324,7 +324,27 @@ class Batch:
         and the sizes bounded (:class:`CaseError`), before anything is built."""
         batch = schema.from_json(cls, data, path, where, {"block_table": _read_block_table})
         batch.check_sizes(path, where)
+        batch.check_prior_width(path, where)
         return batch
+
+    def check_prior_width(self, path=None, where: str = "batch") -> None:
+        """Refuse a ``prior_width`` the builder would refuse (:class:`CaseError`):
+        the step built before this one is the suite's setup, so a width
+        outside the contract there is a fault of the case, never the target's."""
+        width = self.prior_width
+        # The step's own width is judged with the step (outside_contract may excuse it).
+        if width and width != self.width and (
+            width % WIDTH_ALIGNMENT or width > self.widest_width
+        ):
+            raise CaseError(
+                path, f"{where}.prior_width",
+                f"prior_width={width} must be 0 (the widest width the buffers allow), the "
+                f"step's own width={self.width}, or a multiple of {WIDTH_ALIGNMENT} up to "
+                f"widest_width={self.widest_width} (what capacity={self.capacity} and "
+                f"prefill_extra_columns={self.prefill_extra_columns} allow): the earlier step "
+                f"history_independent builds must be one the builder accepts; give a multiple "
+                f"of {WIDTH_ALIGNMENT} in range, or 0"
+            )
 
     # ---------------------------------------------------------------- tensors
 

@@ -80,7 +80,7 @@ def from_json(cls, data: Any, path, field: str, converters=None):
 def read_value(annotation, value: Any, path, where: str):
     """``value`` checked against ``annotation``: int (with its Range), str,
     bool, float, ``Literal[...]`` (one of its strings), ``tuple[T, ...]``,
-    ``dict[str, T]``, ``T | None``."""
+    ``dict[str, T]``, ``T | None``, and a nested dataclass."""
     bounds = None
     if typing.get_origin(annotation) is Annotated:
         annotation, *extras = typing.get_args(annotation)
@@ -104,6 +104,13 @@ def read_value(annotation, value: Any, path, where: str):
         if bounds is not None and not bounds.low <= value <= bounds.high:
             raise CaseError(path, where, f"{value} is outside {bounds}")
         return value
+    if dataclasses.is_dataclass(annotation):
+        # A nested record (a Batch in a list of steps): its own reader where
+        # it has one (Batch bounds its sizes too), else field by field.
+        reader = getattr(annotation, "from_json", None)
+        if reader is not None:
+            return reader(value, path, where)
+        return from_json(annotation, value, path, where)
     if annotation in (str, bool):
         if type(value) is not annotation:
             raise CaseError(path, where, f"must be a {annotation.__name__}, got {_json_type(value)}")
@@ -125,6 +132,24 @@ def read_value(annotation, value: Any, path, where: str):
             raise CaseError(path, where, f"must be an object, got {_json_type(value)}")
         return {str(k): read_value(inner, v, path, f"{where}.{k}") for k, v in value.items()}
     raise HarnessError(f"{where}: the schema has no reader for {annotation!r}")
+
+
+def to_json(value: Any) -> Any:
+    """``value`` as plain JSON data, the inverse of :func:`from_json`: a
+    dataclass through its own ``to_json`` where it has one, else field by
+    field (fields with ``metadata={"json": False}`` left out); tuples as
+    lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        own = getattr(value, "to_json", None)
+        if own is not None:
+            return own()
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.metadata.get("json", True)}
+    if isinstance(value, (tuple, list)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
 
 
 def _join(parent: str, name: str) -> str:

@@ -39,6 +39,7 @@ from ... import phases
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
 from ...hypothesis_private import drawn_seconds
+from ...replay.recorded import machine_steps_of
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json
@@ -283,11 +284,14 @@ class Worker:
 
     def machine_case(self, exc: BaseException, seed: int, examples: int, blob: str | None,
                      steps: str) -> Case:
-        return case_from_inflight(
+        case = case_from_inflight(
             self.record(SERVING_LOOP, seed, examples=examples), kind=SERVING_LOOP,
             failure=failure_text(exc), target=self.target.spec, device=self.device_name,
             reproduce_blob=blob, steps=steps,
         )
+        # The engine steps the failing example built: the case replays
+        # from them under any Hypothesis release.
+        return dataclasses.replace(case, machine_steps=machine_steps_of(exc))
 
     def machine_round(self, seed: int, examples: int) -> None:
         machine = self.machine
