@@ -63,7 +63,7 @@ def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
     a small batch) and wide rows; whichever comes first, its launch compiles
     all three, and the other two compile nothing more."""
     from c128a.kernels import adaptive
-    from c128a.kernels.compiled import compiled_variant_count
+    from c128a.kernels.compiled import compiled_variant_count, forget_compiled_variants
 
     def compiled() -> dict:
         return {f.__name__: compiled_variant_count(f, c128a_device) for f in adaptive.jit_functions}
@@ -73,7 +73,7 @@ def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
         "the large batch would be written in single rows on this GPU: make it larger"
     )
     for jit_function in adaptive.jit_functions:
-        jit_function.device_caches.clear()
+        forget_compiled_variants(jit_function)
     adaptive.forget_launch_plans()
     pages = CAPACITY // BLOCK_SIZE
     table = torch.arange(64 * pages, dtype=torch.int32, device=c128a_device).view(64, pages)
@@ -256,7 +256,7 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
     variants grow by exactly the distinct keys the CPU check finds unwarmed."""
     from c128a.checks.compile_keys import engine_step, has_keyed_launchers, step_launches
     from c128a.checks.consumers import consumers_of
-    from c128a.kernels.compiled import compiled_variant_count
+    from c128a.kernels.compiled import compiled_variant_count, forget_compiled_variants
     from c128a.kernels.launch_keys import engine_config, warm_up, warmed_keys
     from c128a.step.consumers import ConsumerInputs
 
@@ -273,7 +273,7 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
         pytest.skip(f"target {c128a_target} has no launcher declaring its warm-up keys")
     config = engine_config(CONSUMER_MODEL_LEN)
     for launcher in launchers:
-        launcher.kernel.device_caches.clear()
+        forget_compiled_variants(launcher.kernel)
         warm_up(launcher, config, c128a_device)
     torch.cuda.synchronize(c128a_device)
 
