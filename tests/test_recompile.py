@@ -300,3 +300,119 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
         f"the GPU compiled {grown} variant(s) after the warm-up; the CPU compile-key check "
         f"finds {len(unwarmed)} launch key(s) the warm-up does not compile"
     )
+
+
+# The engine's own warm-up (c128a.checks.engine_warm_up) ------------------------------
+
+WIDEST_UNWARMED = "c128a.kernels.keyed:widest_unwarmed"
+KEYED = "c128a.kernels.keyed:target"
+
+
+def test_serving_trace_crosses_every_width_both_ways():
+    from c128a.checks.engine_warm_up import TRACE_MODEL_LEN, serving_trace
+    from c128a.contract import capacity_width
+    from c128a.targets import load_target
+
+    trace = serving_trace(load_target(KEYED))
+    widths = [batch.width for _, batch in trace[::3]]
+    reachable = policy.reachable_widths(capacity_width(TRACE_MODEL_LEN))
+    assert widths == reachable + reachable[-2::-1]
+    assert {batch.num_decode_tokens for _, batch in trace} >= {0, 1, 3, 10}
+    assert any(min(batch.slot_mapping) < 0 for _, batch in trace), "no padding token"
+    assert all(b.buffer_row_padding == 0 and b.prefill_extra_columns == 0 and not b.buffer_pooled
+               for _, b in trace), "not the engine's buffers (rows of C columns)"
+
+
+def test_engine_warm_up_plan_of_the_keyed_target_holds_every_trace_launch(c128a_device):
+    from c128a.checks.engine_warm_up import warm_up_plan_misses
+    from c128a.targets import load_target
+
+    assert warm_up_plan_misses(load_target(KEYED), c128a_device) == []
+
+
+def test_engine_warm_up_plan_of_the_mutant_misses_the_widest_width(c128a_device):
+    """The mutant's declared warm-up stops below C: the trace's steps at
+    W = C launch a key its warm-up never compiles, so the GPU check (which
+    warms up exactly this plan) sees them compile after the warm-up."""
+    from c128a.checks.engine_warm_up import TRACE_MODEL_LEN, warm_up_plan_misses
+    from c128a.contract import capacity_width
+    from c128a.targets import load_target
+
+    capacity = capacity_width(TRACE_MODEL_LEN)
+    misses = warm_up_plan_misses(load_target(WIDEST_UNWARMED), c128a_device)
+    assert len(misses) == 3, misses  # the decode, mixed and prefill-only steps at W = C
+    for miss in misses:
+        assert f"parameter WIDTH = constexpr {capacity} at launch" in miss, miss
+        assert f"W={capacity}, capacity={capacity}" in miss and "trace step" in miss, miss
+
+
+def _compile(kernel, width: int, during: str):
+    from c128a.kernels.compiled import Compile
+
+    return Compile(kernel="keyed_build_kernel", key=f"key-{width}",
+                   parameters=(("WIDTH", f" = {width}"),), options=(("num_warps", 4),),
+                   warm_up=during == "warm-up", during=during, jit_function=kernel)
+
+
+def _engine_run(after=(), unfinished=(), warm_up=True, launches=27, kernel=None):
+    from c128a.checks.engine_warm_up import EngineWarmUp
+
+    kernel = kernel or object()
+    return kernel, EngineWarmUp(
+        warm_up=(_compile(kernel, 128, "warm-up"),) if warm_up else (),
+        after=tuple(after), unfinished=tuple(unfinished), warmed_kernels=(kernel,),
+        launches=launches)
+
+
+def test_engine_warm_up_verdict_fails_on_a_compile_after_warm_up():
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up
+    from c128a.failures import InvariantViolation
+
+    kernel = object()
+    late = _compile(kernel, 2048, "trace step 13 (decode): W=2048, capacity=2048; decode 0..0")
+    _, run = _engine_run(after=[late], unfinished=[late], kernel=kernel)
+    with pytest.raises(InvariantViolation) as raised:
+        check_no_compile_after_warm_up("keyed", run)
+    message = str(raised.value)
+    for part in ("[engine_warm_up]", "1 compile(s) after the engine's warm-up",
+                 "keyed_build_kernel(WIDTH = 2048; num_warps=4)", "trace step 13",
+                 "started, never finished"):
+        assert part in message, (part, message)
+
+
+def test_engine_warm_up_verdict_passes_without_late_compiles_of_warmed_kernels():
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up
+
+    undeclared = _compile(object(), 128, "trace step 1")  # a kernel no launcher warms up
+    kernel, run = _engine_run(after=[undeclared])
+    check_no_compile_after_warm_up("keyed", run)
+    assert run.not_judged() == [undeclared] and run.judged() == []
+
+
+@pytest.mark.parametrize("missing", ["warm-up compiles", "launches"])
+def test_engine_warm_up_verdict_is_an_error_when_nothing_was_checked(missing):
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up
+    from c128a.failures import HarnessError
+
+    _, run = _engine_run(warm_up=missing != "warm-up compiles",
+                         launches=0 if missing == "launches" else 27)
+    with pytest.raises(HarnessError, match="nothing was checked"):
+        check_no_compile_after_warm_up("keyed", run)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec, kills", [(WIDEST_UNWARMED, True), (KEYED, False)],
+                         ids=["widest_unwarmed is killed", "keyed survives"])
+def test_engine_warm_up_check_on_the_gpu(spec, kills, c128a_device):
+    """The check itself on a GPU: the mutant's steps at W = C compile after
+    its warm-up; the keyed target's never do."""
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up, run_engine_warm_up
+    from c128a.failures import InvariantViolation
+    from c128a.targets import load_target
+
+    run = run_engine_warm_up(load_target(spec), c128a_device)
+    if kills:
+        with pytest.raises(InvariantViolation, match="WIDTH = 2048"):
+            check_no_compile_after_warm_up(spec, run)
+    else:
+        check_no_compile_after_warm_up(spec, run)
