@@ -15,6 +15,7 @@ so compile counting is what catches it.
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -416,3 +417,86 @@ def test_engine_warm_up_check_on_the_gpu(spec, kills, c128a_device):
             check_no_compile_after_warm_up(spec, run)
     else:
         check_no_compile_after_warm_up(spec, run)
+
+
+class SimulatedTriton:
+    """Triton's in-process cache, simulated on the CPU where nothing
+    compiles: a kernel holds a variant per launch key (the model of
+    :mod:`c128a.kernels.launch_keys`); a warm-up or a launch of a key it
+    does not hold compiles it, calling Triton's hooks with the keywords of
+    Triton's hook protocol (the constexprs' values in ``constants``)."""
+
+    def __init__(self):
+        self.held: set = set()
+
+    def forget(self, kernel) -> None:
+        self.held = {(k, key) for k, key in self.held if k != id(kernel)}
+
+    def compile(self, kernel, arguments: dict, warm_up: bool) -> None:
+        import triton
+
+        from c128a.kernels.launch_keys import kernel_name, launch_key
+
+        key = launch_key(kernel, arguments)
+        if (id(kernel), key) in self.held:
+            return
+        self.held.add((id(kernel), key))
+        signature = {name: "constexpr" if kind.startswith("constexpr") else kind
+                     for name, kind in key.parts}
+        constants = {(i,): int(kind.split()[1]) for i, (_, kind) in enumerate(key.parts)
+                     if kind.startswith("constexpr") and kind.split()[1].isdigit()}
+        hook_arguments = dict(
+            key=str(key.parts), repr=kernel_name(kernel),
+            fn=SimpleNamespace(module=None, name=kernel_name(kernel), jit_function=kernel),
+            compile={"signature": signature, "constants": constants},
+            is_manual_warmup=warm_up, already_compiled=False)
+        runtime = triton.knobs.runtime
+        if not (runtime.jit_cache_hook and runtime.jit_cache_hook(**hook_arguments)):
+            if runtime.jit_post_compile_hook:
+                runtime.jit_post_compile_hook(**hook_arguments)
+
+
+@pytest.fixture
+def simulated_triton(monkeypatch):
+    """The keyed kernel's warm-up and launches go through :class:`SimulatedTriton`
+    (launches are recorded, not run: nothing here reads the views)."""
+    from c128a.kernels import compiled, vllm_shims
+    from c128a.kernels.keyed import keyed_build_kernel
+
+    triton = SimulatedTriton()
+    report = vllm_shims.report_launch
+
+    def launched(owner, kernel, grid, arguments):
+        report(owner, kernel, grid, arguments)
+        triton.compile(kernel, arguments, warm_up=False)
+        return False
+
+    monkeypatch.setattr(keyed_build_kernel, "warmup",
+                        lambda grid, **given: triton.compile(keyed_build_kernel, given, True),
+                        raising=False)
+    monkeypatch.setattr(vllm_shims, "report_launch", launched)
+    monkeypatch.setattr(compiled, "forget_compiled_variants", triton.forget)
+    return triton
+
+
+@pytest.mark.parametrize("spec, kills", [(WIDEST_UNWARMED, True), (KEYED, False)],
+                         ids=["widest_unwarmed is killed", "keyed survives"])
+def test_engine_warm_up_check_end_to_end_on_a_simulated_triton(spec, kills, simulated_triton,
+                                                                 c128a_device):
+    """The whole check (warm-up, trace, hooks, verdict) with Triton's cache
+    simulated: what it does on a GPU, where Triton itself decides what compiles."""
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up, run_engine_warm_up
+    from c128a.failures import InvariantViolation
+    from c128a.targets import load_target
+
+    run = run_engine_warm_up(load_target(spec), c128a_device)
+    assert len(run.warm_up) == (4 if kills else 5) and all(c.warm_up for c in run.warm_up)
+    assert run.launches == 27, run.launches
+    if not kills:
+        check_no_compile_after_warm_up(spec, run)
+        return
+    with pytest.raises(InvariantViolation) as raised:
+        check_no_compile_after_warm_up(spec, run)
+    message = str(raised.value)
+    assert "1 compile(s) after the engine's warm-up" in message, message
+    assert "WIDTH = 2048" in message and "trace step 13 (decode): W=2048" in message, message

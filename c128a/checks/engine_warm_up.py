@@ -145,6 +145,11 @@ class EngineWarmUp:
         return [c for c in self.after if all(c.jit_function is not k for k in self.warmed_kernels)]
 
 
+def _synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def run_engine_warm_up(target, device, max_model_len: int = TRACE_MODEL_LEN) -> EngineWarmUp:
     """Warm ``target``'s declared launchers up as the engine does, then run
     :func:`serving_trace` through its builder and consumers on ``device`` (a
@@ -166,7 +171,7 @@ def run_engine_warm_up(target, device, max_model_len: int = TRACE_MODEL_LEN) -> 
         for launcher in launchers:
             call_target(NAME, f"{type(launcher).__name__} warm-up", keys.warm_up, launcher,
                         config, device)
-        torch.cuda.synchronize(device)
+        _synchronize(device)
         warm_up = tuple(recorder.compiled)
         started = len(recorder.started)
         kernels += [c.jit_function for c in warm_up if all(c.jit_function is not k for k in kernels)]
@@ -176,7 +181,7 @@ def run_engine_warm_up(target, device, max_model_len: int = TRACE_MODEL_LEN) -> 
                 inputs = ConsumerInputs.from_build(build(target, batch, device))
                 for consumer in consumers_of(target):
                     call_target(NAME, f"consumer {consumer.name}", consumer, inputs)
-            torch.cuda.synchronize(device)
+            _synchronize(device)
     after = tuple(recorder.started[started:])
     unfinished = tuple(c for c in recorder.unfinished() if c in after)
     declared = sum(1 for record in launches if any(record.launcher is l for l in launchers))
