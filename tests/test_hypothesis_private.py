@@ -34,8 +34,8 @@ QUIET = settings(database=None, deadline=None, max_examples=5, print_blob=True)
 def changed(name: str, what: str) -> str:
     """The message of a touch Hypothesis changed under the suite."""
     return (f"hypothesis {HYPOTHESIS_VERSION}: {name} {what}. c128a.hypothesis_private "
-            "relies on it; adapt that module, or keep hypothesis inside the range "
-            "pyproject.toml pins")
+            "relies on it; adapt that module, or cap hypothesis below this release in "
+            "pyproject.toml")
 
 
 class Failed(Exception):

@@ -23,8 +23,8 @@ from c128a.kernels.triton_private import DEVICE_CACHES, compiled_variants, forge
 def changed(name: str, what: str) -> str:
     """The message of a touch Triton changed under the suite."""
     return (f"triton {triton.__version__}: JITFunction.{name} {what}. "
-            "c128a.kernels.triton_private relies on it; adapt that module, or keep triton "
-            "inside the range pyproject.toml gives")
+            "c128a.kernels.triton_private relies on it; adapt that module, or cap triton "
+            "below this release in pyproject.toml")
 
 
 def copy_rows(source_ptr, target_ptr):  # the body is never compiled on the CPU

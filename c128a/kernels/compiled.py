@@ -4,7 +4,7 @@ Triton's public hooks; and the variants a kernel already holds.
 Triton calls ``triton.knobs.runtime.jit_cache_hook`` with a kernel's compile
 key when a launch or a warm-up finds no variant for that key in the process,
 before it compiles one, and ``jit_post_compile_hook`` once it is compiled
-(Triton 3.4 and later; the floor of the range, 3.6, has both).
+(both in Triton's ``knobs``: 3.6, the range's floor, and 3.9 have them).
 :func:`recorded_compiles` puts a recorder in front of whatever hooks are set
 (a team's own, vLLM's JIT monitor), which it keeps calling, and puts them
 back afterwards. A compile that starts and never ends (the compile that hung
@@ -153,7 +153,7 @@ def recorded_compiles(jit_functions=None) -> Iterator[CompileRecorder]:
     if not compile_hooks_available():
         raise HarnessError(
             f"triton {triton.__version__} has no triton.knobs.runtime.{POST_COMPILE_HOOK} "
-            f"and {CACHE_HOOK} (Triton 3.4 added them): compiles cannot be recorded as they "
+            f"and {CACHE_HOOK} (3.6 and 3.9 have them): compiles cannot be recorded as they "
             "happen; install a Triton inside pyproject.toml's range"
         )
     recorder = CompileRecorder(jit_functions)
