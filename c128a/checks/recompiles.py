@@ -72,7 +72,7 @@ def compiled_variants_around_sweep(
             for num_decode, num_prefill in token_counts:
                 for table in tables:
                     for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
-                        recorder_note(recorder, f"W={width}, decode {num_decode}, "
+                        _note_launch(recorder, f"W={width}, decode {num_decode}, "
                                                 f"prefill {num_prefill}")
                         launch(launch_arguments(
                             device, width, num_decode, num_prefill, decode_buffer, prefill_buffer,
@@ -86,7 +86,7 @@ def compiled_variants_around_sweep(
     return warmed, warmed + len(recorder.compiled)
 
 
-def recorder_note(recorder, during: str) -> None:
+def _note_launch(recorder, during: str) -> None:
     """Tell ``recorder`` (None: none) what the next launches are."""
     if recorder is not None:
         recorder.during = during

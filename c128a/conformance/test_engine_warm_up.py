@@ -19,7 +19,7 @@ from c128a.checks.engine_warm_up import (
     run_engine_warm_up,
 )
 
-pytestmark = [pytest.mark.cuda, pytest.mark.conformance("engine_warm_up")]
+pytestmark = [pytest.mark.cuda, pytest.mark.compile_keys, pytest.mark.conformance("engine_warm_up")]
 
 
 def test_no_compile_after_the_engines_warm_up(c128a_target, c128a_device):
