@@ -73,7 +73,7 @@ def compiled_variants_around_sweep(
                 for table in tables:
                     for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
                         _note_launch(recorder, f"W={width}, decode {num_decode}, "
-                                                f"prefill {num_prefill}")
+                                               f"prefill {num_prefill}")
                         launch(launch_arguments(
                             device, width, num_decode, num_prefill, decode_buffer, prefill_buffer,
                             table
