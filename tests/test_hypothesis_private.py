@@ -34,8 +34,8 @@ QUIET = settings(database=None, deadline=None, max_examples=5, print_blob=True)
 def changed(name: str, what: str) -> str:
     """The message of a touch Hypothesis changed under the suite."""
     return (f"hypothesis {HYPOTHESIS_VERSION}: {name} {what}. c128a.hypothesis_private "
-            "relies on it; adapt that module, or keep hypothesis inside the range "
-            "pyproject.toml pins")
+            "relies on it; adapt that module, or cap hypothesis below this release in "
+            "pyproject.toml")
 
 
 class Failed(Exception):
@@ -274,3 +274,23 @@ def test_only_hypothesis_private_touches_private_names():
         if path != Path(hypothesis_private.__file__) and private.search(path.read_text())
     )
     assert touching == [], f"private Hypothesis names outside hypothesis_private.py: {touching}"
+
+
+def test_hypothesis_requirement_is_a_range_that_keeps_a_teams_newer_release():
+    """c128a installs beside a team's own Hypothesis: its requirement runs
+    from the oldest release a machine runs to the next major release, so
+    installing c128a never downgrades a newer one (6.170.27 was the newest
+    when the pin <=6.170.17 was lifted). CI's second job proves the newest."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    (requirement,) = [Requirement(d) for d in dependencies if Requirement(d).name == "hypothesis"]
+    specifier = requirement.specifier
+    assert {s.operator for s in specifier} == {">=", "<"}, (
+        f"hypothesis requirement {specifier} pins or caps below a major release")
+    for version, kept in (("6.168.3", True), ("6.170.27", True), ("6.999.0", True),
+                          ("6.168.2", False), ("7.0.0", False)):
+        assert specifier.contains(version) is kept, (version, str(specifier))

@@ -15,6 +15,7 @@ so compile counting is what catches it.
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -63,7 +64,7 @@ def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
     a small batch) and wide rows; whichever comes first, its launch compiles
     all three, and the other two compile nothing more."""
     from c128a.kernels import adaptive
-    from c128a.kernels.compiled import compiled_variant_count
+    from c128a.kernels.compiled import compiled_variant_count, forget_compiled_variants
 
     def compiled() -> dict:
         return {f.__name__: compiled_variant_count(f, c128a_device) for f in adaptive.jit_functions}
@@ -73,7 +74,7 @@ def test_the_first_launch_compiles_all_three_variants(first, c128a_device):
         "the large batch would be written in single rows on this GPU: make it larger"
     )
     for jit_function in adaptive.jit_functions:
-        jit_function.device_caches.clear()
+        forget_compiled_variants(jit_function)
     adaptive.forget_launch_plans()
     pages = CAPACITY // BLOCK_SIZE
     table = torch.arange(64 * pages, dtype=torch.int32, device=c128a_device).view(64, pages)
@@ -256,7 +257,7 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
     variants grow by exactly the distinct keys the CPU check finds unwarmed."""
     from c128a.checks.compile_keys import engine_step, has_keyed_launchers, step_launches
     from c128a.checks.consumers import consumers_of
-    from c128a.kernels.compiled import compiled_variant_count
+    from c128a.kernels.compiled import compiled_variant_count, forget_compiled_variants
     from c128a.kernels.launch_keys import engine_config, warm_up, warmed_keys
     from c128a.step.consumers import ConsumerInputs
 
@@ -273,7 +274,7 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
         pytest.skip(f"target {c128a_target} has no launcher declaring its warm-up keys")
     config = engine_config(CONSUMER_MODEL_LEN)
     for launcher in launchers:
-        launcher.kernel.device_caches.clear()
+        forget_compiled_variants(launcher.kernel)
         warm_up(launcher, config, c128a_device)
     torch.cuda.synchronize(c128a_device)
 
@@ -300,3 +301,202 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
         f"the GPU compiled {grown} variant(s) after the warm-up; the CPU compile-key check "
         f"finds {len(unwarmed)} launch key(s) the warm-up does not compile"
     )
+
+
+# The engine's own warm-up (c128a.checks.engine_warm_up) ------------------------------
+
+WIDEST_UNWARMED = "c128a.kernels.keyed:widest_unwarmed"
+KEYED = "c128a.kernels.keyed:target"
+
+
+def test_serving_trace_crosses_every_width_both_ways():
+    from c128a.checks.engine_warm_up import TRACE_MODEL_LEN, serving_trace
+    from c128a.contract import capacity_width
+    from c128a.targets import load_target
+
+    trace = serving_trace(load_target(KEYED))
+    widths = [batch.width for _, batch in trace[::3]]
+    reachable = policy.reachable_widths(capacity_width(TRACE_MODEL_LEN))
+    assert widths == reachable + reachable[-2::-1]
+    assert {batch.num_decode_tokens for _, batch in trace} >= {0, 1, 3, 10}
+    assert any(min(batch.slot_mapping) < 0 for _, batch in trace), "no padding token"
+    assert all(b.buffer_row_padding == 0 and b.prefill_extra_columns == 0 and not b.buffer_pooled
+               for _, b in trace), "not the engine's buffers (rows of C columns)"
+
+
+def test_engine_warm_up_plan_of_the_keyed_target_holds_every_trace_launch(c128a_device):
+    from c128a.checks.engine_warm_up import warm_up_plan_misses
+    from c128a.targets import load_target
+
+    assert warm_up_plan_misses(load_target(KEYED), c128a_device) == []
+
+
+def test_engine_warm_up_plan_of_the_mutant_misses_the_widest_width(c128a_device):
+    """The mutant's declared warm-up stops below C: the trace's steps at
+    W = C launch a key its warm-up never compiles, so the GPU check (which
+    warms up exactly this plan) sees them compile after the warm-up."""
+    from c128a.checks.engine_warm_up import TRACE_MODEL_LEN, warm_up_plan_misses
+    from c128a.contract import capacity_width
+    from c128a.targets import load_target
+
+    capacity = capacity_width(TRACE_MODEL_LEN)
+    misses = warm_up_plan_misses(load_target(WIDEST_UNWARMED), c128a_device)
+    assert len(misses) == 3, misses  # the decode, mixed and prefill-only steps at W = C
+    for miss in misses:
+        assert f"parameter WIDTH = constexpr {capacity} at launch" in miss, miss
+        assert f"W={capacity}, capacity={capacity}" in miss and "trace step" in miss, miss
+
+
+def _compile(kernel, width: int, during: str):
+    from c128a.kernels.compiled import Compile
+
+    return Compile(kernel="keyed_build_kernel", key=f"key-{width}",
+                   parameters=(("WIDTH", f" = {width}"),), options=(("num_warps", 4),),
+                   warm_up=during == "warm-up", during=during, jit_function=kernel)
+
+
+def _engine_run(after=(), unfinished=(), warm_up=True, launches=27, kernel=None):
+    from c128a.checks.engine_warm_up import EngineWarmUp
+
+    kernel = kernel or object()
+    return kernel, EngineWarmUp(
+        warm_up=(_compile(kernel, 128, "warm-up"),) if warm_up else (),
+        after=tuple(after), unfinished=tuple(unfinished), warmed_kernels=(kernel,),
+        launches=launches)
+
+
+def test_engine_warm_up_verdict_fails_on_a_compile_after_warm_up():
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up
+    from c128a.failures import InvariantViolation
+
+    kernel = object()
+    late = _compile(kernel, 2048, "trace step 13 (decode): W=2048, capacity=2048; decode 0..0")
+    _, run = _engine_run(after=[late], unfinished=[late], kernel=kernel)
+    with pytest.raises(InvariantViolation) as raised:
+        check_no_compile_after_warm_up("keyed", run)
+    message = str(raised.value)
+    for part in ("[engine_warm_up]", "1 compile(s) after the engine's warm-up",
+                 "keyed_build_kernel(WIDTH = 2048; num_warps=4)", "trace step 13",
+                 "started, never finished"):
+        assert part in message, (part, message)
+
+
+def test_engine_warm_up_verdict_passes_without_late_compiles_of_warmed_kernels():
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up
+
+    undeclared = _compile(object(), 128, "trace step 1")  # a kernel no launcher warms up
+    kernel, run = _engine_run(after=[undeclared])
+    check_no_compile_after_warm_up("keyed", run)
+    assert run.not_judged() == [undeclared] and run.judged() == []
+
+
+@pytest.mark.parametrize("missing", ["warm-up compiles", "launches"])
+def test_engine_warm_up_verdict_is_an_error_when_nothing_was_checked(missing):
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up
+    from c128a.failures import HarnessError
+
+    _, run = _engine_run(warm_up=missing != "warm-up compiles",
+                         launches=0 if missing == "launches" else 27)
+    with pytest.raises(HarnessError, match="nothing was checked"):
+        check_no_compile_after_warm_up("keyed", run)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec, kills", [(WIDEST_UNWARMED, True), (KEYED, False)],
+                         ids=["widest_unwarmed is killed", "keyed survives"])
+def test_engine_warm_up_check_on_the_gpu(spec, kills, c128a_device):
+    """The check itself on a GPU: the mutant's steps at W = C compile after
+    its warm-up; the keyed target's never do."""
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up, run_engine_warm_up
+    from c128a.failures import InvariantViolation
+    from c128a.targets import load_target
+
+    run = run_engine_warm_up(load_target(spec), c128a_device)
+    if kills:
+        with pytest.raises(InvariantViolation, match="WIDTH = 2048"):
+            check_no_compile_after_warm_up(spec, run)
+    else:
+        check_no_compile_after_warm_up(spec, run)
+
+
+class SimulatedTriton:
+    """Triton's in-process cache, simulated on the CPU where nothing
+    compiles: a kernel holds a variant per launch key (the model of
+    :mod:`c128a.kernels.launch_keys`); a warm-up or a launch of a key it
+    does not hold compiles it, calling Triton's hooks with the keywords of
+    Triton's hook protocol (the constexprs' values in ``constants``)."""
+
+    def __init__(self):
+        self.held: set = set()
+
+    def forget(self, kernel) -> None:
+        self.held = {(k, key) for k, key in self.held if k != id(kernel)}
+
+    def compile(self, kernel, arguments: dict, warm_up: bool) -> None:
+        import triton
+
+        from c128a.kernels.launch_keys import kernel_name, launch_key
+
+        key = launch_key(kernel, arguments)
+        if (id(kernel), key) in self.held:
+            return
+        self.held.add((id(kernel), key))
+        signature = {name: "constexpr" if kind.startswith("constexpr") else kind
+                     for name, kind in key.parts}
+        constants = {(i,): int(kind.split()[1]) for i, (_, kind) in enumerate(key.parts)
+                     if kind.startswith("constexpr") and kind.split()[1].isdigit()}
+        hook_arguments = dict(
+            key=str(key.parts), repr=kernel_name(kernel),
+            fn=SimpleNamespace(module=None, name=kernel_name(kernel), jit_function=kernel),
+            compile={"signature": signature, "constants": constants},
+            is_manual_warmup=warm_up, already_compiled=False)
+        runtime = triton.knobs.runtime
+        if not (runtime.jit_cache_hook and runtime.jit_cache_hook(**hook_arguments)):
+            if runtime.jit_post_compile_hook:
+                runtime.jit_post_compile_hook(**hook_arguments)
+
+
+@pytest.fixture
+def simulated_triton(monkeypatch):
+    """The keyed kernel's warm-up and launches go through :class:`SimulatedTriton`
+    (launches are recorded, not run: nothing here reads the views)."""
+    from c128a.kernels import compiled, vllm_shims
+    from c128a.kernels.keyed import keyed_build_kernel
+
+    triton = SimulatedTriton()
+    report = vllm_shims.report_launch
+
+    def launched(owner, kernel, grid, arguments):
+        report(owner, kernel, grid, arguments)
+        triton.compile(kernel, arguments, warm_up=False)
+        return False
+
+    monkeypatch.setattr(keyed_build_kernel, "warmup",
+                        lambda grid, **given: triton.compile(keyed_build_kernel, given, True),
+                        raising=False)
+    monkeypatch.setattr(vllm_shims, "report_launch", launched)
+    monkeypatch.setattr(compiled, "forget_compiled_variants", triton.forget)
+    return triton
+
+
+@pytest.mark.parametrize("spec, kills", [(WIDEST_UNWARMED, True), (KEYED, False)],
+                         ids=["widest_unwarmed is killed", "keyed survives"])
+def test_engine_warm_up_check_end_to_end_on_a_simulated_triton(spec, kills, simulated_triton,
+                                                                 c128a_device):
+    """The whole check (warm-up, trace, hooks, verdict) with Triton's cache
+    simulated: what it does on a GPU, where Triton itself decides what compiles."""
+    from c128a.checks.engine_warm_up import check_no_compile_after_warm_up, run_engine_warm_up
+    from c128a.failures import InvariantViolation
+    from c128a.targets import load_target
+
+    run = run_engine_warm_up(load_target(spec), c128a_device)
+    assert len(run.warm_up) == (4 if kills else 5) and all(c.warm_up for c in run.warm_up)
+    assert run.launches == 27, run.launches
+    if not kills:
+        check_no_compile_after_warm_up(spec, run)
+        return
+    with pytest.raises(InvariantViolation) as raised:
+        check_no_compile_after_warm_up(spec, run)
+    message = str(raised.value)
+    assert "1 compile(s) after the engine's warm-up" in message, message
+    assert "WIDTH = 2048" in message and "trace step 13 (decode): W=2048" in message, message

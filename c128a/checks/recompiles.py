@@ -6,6 +6,8 @@ can present (the bug that hung one tensor-parallel rank in a compile at
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..contract import BuildArgs, policy
@@ -31,14 +33,17 @@ def launch_arguments(device, width, num_decode, num_prefill, decode_buffer, pref
 
 
 def compiled_variants_around_sweep(
-    jit_functions, launch, device: torch.device, warm_up=None
+    jit_functions, launch, device: torch.device, warm_up=None, compiles: list | None = None
 ) -> tuple[int, int]:
     """Warm the kernel once at the largest width (with ``warm_up``, ``launch``
     by default), then ``launch`` it (a :class:`~c128a.contract.BuildArgs`
     callable) at every reachable width with varied token counts, buffer row
     strides and block-table strides: (variants of ``jit_functions`` after
-    warm-up, after the sweep)."""
-    from ..kernels.compiled import compiled_variant_count
+    warm-up, after the sweep). Where Triton has its public compile hooks
+    (:func:`~c128a.kernels.compiled.recorded_compiles`), the sweep's
+    compiles are counted as they happen and appended, each with its key, to
+    ``compiles`` where given; otherwise the variants held are counted again."""
+    from ..kernels.compiled import compile_hooks_available, compiled_variant_count, recorded_compiles
 
     def variants() -> int:
         return sum(compiled_variant_count(f, device) for f in jit_functions)
@@ -61,12 +66,27 @@ def compiled_variants_around_sweep(
     # (24, 1000): enough tokens for row blocks below WIDE_W on a GPU of fewer than
     # 256 multiprocessors; the smaller counts are written one row a program
     token_counts = [(1, 0), (0, 1), (1, 1), (3, 5), (17, 200), (64, 0), (0, 300), (31, 33), (24, 1000)]
-    for width in policy.reachable_widths(CAPACITY):
-        for num_decode, num_prefill in token_counts:
-            for table in tables:
-                for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
-                    launch(launch_arguments(
-                        device, width, num_decode, num_prefill, decode_buffer, prefill_buffer, table
-                    ))
-    torch.cuda.synchronize(device)
-    return warmed, variants()
+    hooks = compile_hooks_available()
+    with recorded_compiles(jit_functions) if hooks else contextlib.nullcontext() as recorder:
+        for width in policy.reachable_widths(CAPACITY):
+            for num_decode, num_prefill in token_counts:
+                for table in tables:
+                    for decode_buffer, prefill_buffer in ((dense, padded), (padded, prefill_dense)):
+                        _note_launch(recorder, f"W={width}, decode {num_decode}, "
+                                               f"prefill {num_prefill}")
+                        launch(launch_arguments(
+                            device, width, num_decode, num_prefill, decode_buffer, prefill_buffer,
+                            table
+                        ))
+        torch.cuda.synchronize(device)
+    if recorder is None:
+        return warmed, variants()
+    if compiles is not None:
+        compiles.extend(recorder.started)
+    return warmed, warmed + len(recorder.compiled)
+
+
+def _note_launch(recorder, during: str) -> None:
+    """Tell ``recorder`` (None: none) what the next launches are."""
+    if recorder is not None:
+        recorder.during = during

@@ -23,10 +23,13 @@ from pathlib import Path
 KEPT_CASES = Path(__file__).parent / "regressions"
 """The cases kept in the repository, shipped as package data."""
 
-CHECKS_BESIDE_PROPERTIES = ("persistent_buffers", "replay", "serving_loop", "no_recompiles")
+CHECKS_BESIDE_PROPERTIES = (
+    "persistent_buffers", "replay", "serving_loop", "no_recompiles", "engine_warm_up",
+)
 """Checks of this package with no entry in :data:`c128a.checks.PROPERTIES`:
 steps into one set of buffers, the CUDA-graph replay scenarios, the serving
-loop's state machine, and the recompile sweep (the sanitizer's are named by
+loop's state machine, the recompile sweep, and no compile after the engine's
+own warm-up (the sanitizer's are named by
 :data:`c128a.runners.sanitizer.PROPERTIES`)."""
 
 

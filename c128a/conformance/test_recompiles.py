@@ -3,7 +3,8 @@ one warm-up at the largest width, no width the policy can produce, token
 count, row stride or block-table stride makes Triton compile the target's
 kernels again (:func:`c128a.checks.recompiles.compiled_variants_around_sweep`).
 The compiles are counted on the JIT functions the target names
-(``jit_functions``).
+(``jit_functions``), through Triton's public compile hooks where it has them,
+so that a failure names each new variant's key and the launch that made it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ def test_selected_target_never_recompiles(c128a_target, c128a_device):
     if not c128a_target.jit_functions:
         pytest.skip(f"target {c128a_target} names no jit_functions: its compiles cannot be "
                     "counted (a target exposes the Triton functions it launches as jit_functions)")
+    compiles: list = []
     warmed, after = compiled_variants_around_sweep(
         c128a_target.jit_functions, lambda args: c128a_target.build_c128a_topk_metadata(*args),
-        c128a_device,
+        c128a_device, compiles=compiles,
     )
     assert warmed >= 1, f"no compiled variant of {c128a_target}'s jit_functions after warm-up"
     assert after == warmed, (
         f"{c128a_target} compiled {after - warmed} new variant(s) after warm-up at W={CAPACITY}"
+        + "".join(f"; {c.describe()} at {c.during}" for c in compiles[:3])
     )

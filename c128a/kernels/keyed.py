@@ -14,7 +14,10 @@ project's own and a broken one:
   every launch of the engine is warmed;
 - ``stride_blind``: the same kernel, its warm-up keys computed with the row
   stride equal to the width (rows packed at W), as if the key ignored the
-  stride: every launch below W = C compiles during inference.
+  stride: every launch below W = C compiles during inference;
+- ``widest_unwarmed``: the same kernel, its warm-up one width short: it
+  stops below C, so the first step at W = C compiles during inference (the
+  contract's hang at >524K context, where W = 8192 was never warmed up).
 
 Both compute the contract's values. Import after choosing the device.
 """
@@ -140,6 +143,14 @@ class StrideBlindBuildKernel(KeyedBuildKernel):
         return width
 
 
+class WidestUnwarmedBuildKernel(KeyedBuildKernel):
+    """:class:`KeyedBuildKernel` whose warm-up leaves out the widest width, C."""
+
+    def get_warmup_keys(self, vllm_config: Any) -> list:
+        capacity = capacity_width(vllm_config.model_config.max_model_len, 128)
+        return [key for key in super().get_warmup_keys(vllm_config) if key.WIDTH < capacity]
+
+
 def _target(launcher: KeyedBuildKernel, name: str) -> SimpleNamespace:
     def launch(args: BuildArgs) -> None:
         if args.num_tokens:
@@ -154,3 +165,6 @@ target = _target(KeyedBuildKernel(), "keyed")
 
 stride_blind = _target(StrideBlindBuildKernel(), "stride_blind")
 """The builder through :class:`StrideBlindBuildKernel` (``c128a.kernels.keyed:stride_blind``)."""
+
+widest_unwarmed = _target(WidestUnwarmedBuildKernel(), "widest_unwarmed")
+"""The builder through :class:`WidestUnwarmedBuildKernel` (``c128a.kernels.keyed:widest_unwarmed``)."""

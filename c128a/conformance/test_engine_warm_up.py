@@ -1,0 +1,34 @@
+"""No compile after the engine's own warm-up, on the selected target (CUDA
+only): every launcher that declares its warm-up keys is warmed up as vLLM
+does (each key through Triton's compile-only warm-up, from the kernels'
+in-process caches emptied), then a serving loop's steps run through the
+target's builder and consumers while Triton's public compile hooks record
+every compile; one of those kernels compiling again fails, naming it, its
+key and the step (:mod:`c128a.checks.engine_warm_up`). Targets whose
+launchers declare no warm-up (the project's kernel warms itself at its
+first launch: ``no_recompiles``) are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from c128a.checks.engine_warm_up import (
+    check_no_compile_after_warm_up,
+    declared_warm_up_launchers,
+    run_engine_warm_up,
+)
+
+pytestmark = [pytest.mark.cuda, pytest.mark.compile_keys, pytest.mark.conformance("engine_warm_up")]
+
+
+def test_no_compile_after_the_engines_warm_up(c128a_target, c128a_device):
+    if not declared_warm_up_launchers(c128a_target):
+        pytest.skip(f"target {c128a_target}: no launcher of its builder or consumers declares "
+                    "warm-up keys (get_warmup_keys), so the engine warms nothing up for it")
+    run = run_engine_warm_up(c128a_target, c128a_device)
+    # The record of a GPU run (pytest -s shows it).
+    print(f"{c128a_target}: the warm-up compiled {len(run.warm_up)} variant(s); after it, "
+          f"{len(run.judged())} compile(s) of warmed kernels and {len(run.not_judged())} of "
+          f"kernels no launcher declares a warm-up for, over {run.launches} launch(es)")
+    check_no_compile_after_warm_up(str(c128a_target), run)
