@@ -27,6 +27,14 @@ from .report import (
 from .signals import RunInterrupted, RunSignals
 
 
+def say(console, text: str, case: Case | None = None) -> None:
+    """A line on stderr; with ``case``, the case whole, to save by hand."""
+    console.print(text, markup=False, soft_wrap=True)
+    if case is not None:
+        print_for_saving_by_hand(console, CASE_BLOCK, case.to_json(),
+                                 f"save it as {case_filename(case)} in a cases folder to replay it")
+
+
 def write_report(run: RunState, config: FuzzConfig) -> dict[str, Any]:
     """The run's report, written to ``config.report``; a file that cannot be
     written sets ``run.report_problem`` (the report returned says so)."""

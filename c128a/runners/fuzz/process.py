@@ -103,9 +103,9 @@ def worker_main(
 ) -> None:
     """A worker process: take the supervisor's environment (``environ``, as
     it was at the spawn), watch the supervisor, pin, choose the device, load
-    everything, run rounds. SIGINT is ignored (it arrives blocked):
-    Ctrl-C reaches the whole process group and the parent stops the run; a
-    SIGTERM asks this worker to stop after its example, and, unless the run
+    everything, run rounds. SIGINT is ignored (it arrives blocked): the
+    parent stops the run on Ctrl-C (which, the worker leading a session of
+    its own, no longer reaches it from the terminal); a SIGTERM asks this worker to stop after its example, and, unless the run
     is stopping too, to end by that signal (:func:`exit_by_sigterm`).
     ``skip_historical``: the historical steps already saved as crash or hang
     cases (:func:`~.inflight.step_key`), which this worker does not run."""

@@ -43,18 +43,11 @@ from ..gpus import gpu_for_worker
 from .casebook import CaseBook, fallback_folders
 from .channel import ChannelError, ChannelReader, ChannelWriter
 from .config import FuzzConfig, check_paths
+from .ending import end_interrupted, end_run, say
 from .handlers import MessageHandlers
 from .losses import LostWorkers
 from .process import kill_group, run_worker
-from .ending import end_interrupted, end_run
-from .report import (
-    CASE_BLOCK,
-    WorkerStats,
-    build_report,
-    print_for_saving_by_hand,
-    render,
-    status_line,
-)
+from .report import WorkerStats, build_report, render, status_line
 from .rundir import make_run_dir, remade, remove_stale_run_dirs
 from .signals import STOP_SIGNALS, RunInterrupted, RunSignals
 
@@ -151,11 +144,7 @@ class Supervisor(MessageHandlers, LostWorkers):
                      "in-flight input of a worker already running is lost until it restarts)")
 
     def say(self, text: str, case=None) -> None:
-        """A line on stderr; with ``case``, the case whole, to save by hand."""
-        self.console.print(text, markup=False, soft_wrap=True)
-        if case is not None:
-            print_for_saving_by_hand(self.console, CASE_BLOCK, case.to_json(),
-                                     "save it as a .json file to replay it")
+        say(self.console, text, case)
 
     def spawn(self, index: int) -> None:
         slot, stats = self.slots[index], self.stats[index]
@@ -357,7 +346,11 @@ class Supervisor(MessageHandlers, LostWorkers):
             self.stop.set()
             for index, slot in enumerate(self.slots):
                 if slot.process is not None and slot.process.is_alive():
-                    slot.process.join(timeout=SIGNAL_GRACE_S)
+                    # Read while waiting: a worker blocks on a full channel.
+                    ends = time.monotonic() + SIGNAL_GRACE_S
+                    while slot.process.is_alive() and time.monotonic() < ends:
+                        self.drain(index)
+                        slot.process.join(POLL_INTERVAL_S)
                     if slot.process.is_alive():
                         kill_group(slot.process)
                         slot.process.join()
