@@ -40,6 +40,7 @@ from helpers import (
     assert_all_ended,
     descendants,
     free_port,
+    importable_here_and_in_children,
     needs_proc,
     parents,
     short_temporary_folder,
@@ -864,6 +865,28 @@ def test_sigterm_while_the_command_starts_says_so_in_one_line(fuzz_process):
     assert not run.report_path.exists()
 
 
+def test_sigterm_while_the_target_loads_says_so_in_one_line(fuzz_process, tmp_path,
+                                                             monkeypatch):
+    """SIGTERM while the target's module is imported (after the command
+    line started, before any worker): exit 143 and one line. (Before:
+    killed by the signal, nothing printed.)"""
+    marker = tmp_path / "importing"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "slow_to_import.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(120)\n"
+    )
+    importable_here_and_in_children(modules, monkeypatch)
+    run = fuzz_process("--minutes", "1", "--workers", "1", "--only", "matches_reference",
+                       target="slow_to_import:target")
+    wait_until(marker.exists, 60, f"the target's module imported; stderr:\n{run.errors()}")
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(30) == 143, run.errors()
+    [line] = run.errors().splitlines()
+    assert "interrupted by SIGTERM while starting, before any worker ran" in line
+    assert not run.report_path.exists()
+
+
 def _maps(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/maps").read_bytes()
@@ -892,28 +915,43 @@ def test_a_report_that_cannot_be_written_makes_the_run_not_clean(tmp_path, monke
     [
         ("garbage_on_the_channel", "bytes that are not a frame: b'garbage, not a frame"),
         ("malformed_frame_on_the_channel", "a frame of 12 bytes does not unpickle"),
-        ("huge_frame_header_on_the_channel",
-         "a frame header announces 4294967295 bytes, more than MAX_FRAME_BYTES"),
     ],
-    ids=["garbage", "malformed-frame", "huge-length"],
+    ids=["garbage", "malformed-frame"],
 )
 def test_what_is_not_a_frame_on_a_workers_channel_is_an_error_with_a_report(
-    fuzz_process, target, problem
+    tmp_path, monkeypatch, target, problem
 ):
     """Bytes a target writes into its worker's channel: an error of the
     suite (exit 2, status errors, the report says what came), the worker
-    stopped, no traceback. (Before: an UnpicklingError traceback and no
-    report; a huge length header blocked the supervisor for ever, deaf to
-    SIGTERM; garbage on an idle channel was dropped and the run `clean`.)"""
-    run = fuzz_process("--max-examples", "20", "--workers", "1", "--only", "matches_reference",
-                       "--no-stateful", target=f"fault_targets:{target}")
-    status = run.wait(60)
-    assert status == 2, run.errors()
-    report = run.report()
-    assert report["status"] == "errors" and report["totals"]["failures"] == 0, report
+    stopped, no traceback. (Before: a malformed frame was an UnpicklingError
+    traceback and no report; garbage on an idle channel was dropped and the
+    run `clean`.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    console_file = io.StringIO()
+    config = make_config(tmp_path, target=f"fault_targets:{target}", properties=FAULTS_SPEC,
+                         max_examples=20)
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["exit_status"] == 2 and report["status"] == "errors", report
+    assert report["totals"]["failures"] == 0 and report["cases"] == [], report
     [error] = report["errors"]
     assert "worker 0's channel is broken" in error and problem in error, error
     assert report["per_worker"][0]["state"] == "channel broken"
+    assert json.loads(Path(config.report).read_text()) == report
+    assert "Traceback" not in console_file.getvalue()
+
+
+def test_a_huge_frame_length_is_refused_at_once(fuzz_process):
+    """A length header announcing 4 GiB on a worker's channel: refused
+    before any of it is read, an error of the suite with a report. (Before:
+    the supervisor read on for ever, deaf to SIGTERM and SIGINT; in its
+    own process here, so that a regression hangs nothing but it.)"""
+    run = fuzz_process("--max-examples", "20", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", target="fault_targets:huge_frame_header_on_the_channel")
+    assert run.wait(60) == 2, run.errors()
+    report = run.report()
+    assert report["status"] == "errors" and report["totals"]["failures"] == 0, report
+    [error] = report["errors"]
+    assert "a frame header announces 4294967295 bytes, more than MAX_FRAME_BYTES" in error, error
     assert "Traceback" not in run.errors()
 
 
