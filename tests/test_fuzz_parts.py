@@ -292,6 +292,58 @@ def test_a_case_that_cannot_be_written_is_kept_whole_in_its_entry(tmp_path):
     assert recorded == [True]  # --exitfirst stops at an unwritten case too
 
 
+def refusing_book(tmp_path, *fallbacks):
+    """A book whose cases folder is a file (every write refused), with
+    ``fallbacks``; what it says goes to ``book.said``."""
+    (tmp_path / "cases").write_text("a file where the folder should be")
+    said = []
+    book = CaseBook(tmp_path / "cases", fallbacks=list(fallbacks),
+                    say=lambda text, case: said.append((text, case)))
+    book.said = said
+    return book
+
+
+def test_a_refused_case_goes_at_once_to_the_first_fallback_that_takes_it(tmp_path):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file: no folder can be made under it")
+    book = refusing_book(tmp_path, blocked / "unwritten", tmp_path / "unwritten")
+    first, shrunk = unshrunk_and_shrunk()
+    book.found(0, first)
+    [entry] = book.entries
+    [copy] = (tmp_path / "unwritten").iterdir()
+    assert entry["saved_elsewhere"] == str(copy) and cases.load_case(copy) == first
+    [(text, whole)] = book.said
+    assert f"saved instead as {copy}" in text and whole is None
+    book.shrunk(0, shrunk)  # the shrunk case replaces the copy, as it replaces a saved one
+    assert [path.name for path in (tmp_path / "unwritten").iterdir()] == [
+        cases.case_filename(shrunk)]
+    assert book.entries[0]["shrunk"] is True and book.unwritten == book.entries
+
+
+def test_a_case_no_folder_takes_is_said_whole_at_once(tmp_path):
+    book = refusing_book(tmp_path)
+    case = make_case()
+    book.found(0, case)
+    [(text, whole)] = book.said
+    assert "nor elsewhere (no fallback folder): here it is whole" in text and whole == case
+    assert cases.Case.from_json(book.entries[0]["case"]) == case
+
+
+def test_a_refused_case_reaches_the_cases_folder_once_it_takes_it(tmp_path):
+    book = refusing_book(tmp_path, tmp_path / "unwritten")
+    case = make_case()
+    book.found(0, case)
+    book.retry_unwritten()  # still a file: nothing changes
+    assert book.entries[0]["path"] is None and len(book.unwritten) == 1
+    (tmp_path / "cases").unlink()
+    (tmp_path / "cases").mkdir()
+    book.retry_unwritten()
+    [entry] = book.entries
+    assert entry["path"] == str(tmp_path / "cases" / cases.case_filename(case)) and entry["new"]
+    assert "case" not in entry and "not_written" not in entry and entry["written_late"]
+    assert list((tmp_path / "unwritten").iterdir()) == [] and book.unwritten == []
+
+
 def test_a_lost_input_is_listed_with_nothing_saved(tmp_path):
     book = CaseBook(tmp_path / "cases")
     book.lost("crash", "worker 0 died (exit 3) running this input (before its first example)")
