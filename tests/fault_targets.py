@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ from types import SimpleNamespace
 
 from c128a.checks import Property
 from c128a.contract import oracle
-from test_fuzz import THRESHOLD, matches_reference, small_batches
+from c128a.step import Batch
+from test_fuzz import PAGES, THRESHOLD, WIDTH, matches_reference, small_batches
 
 SLOW_CALL_S = 2.0
 CASES_DIR_ENV = "C128A_TEST_CASES_DIR"
@@ -114,4 +116,88 @@ FAULT_PROPERTIES = {
     "matches_reference": Property("matches_reference", small_batches, matches_reference),
     "loses_cases_dir": Property("loses_cases_dir", small_batches,
                                 _fails_after_removing_the_cases_dir),
+}
+
+
+# ---------------------------------------------------------------- a worker's channel
+
+
+def worker_channel_fd() -> int:
+    """The write end of the channel of the fuzz worker this code runs in,
+    found where the worker holds it (a multiprocessing queue before the
+    channel had frames of its own)."""
+    from c128a.runners.fuzz.worker import Worker
+
+    frame = sys._getframe()
+    while not isinstance(frame.f_locals.get("self"), Worker):  # the worker's round calls us
+        frame = frame.f_back
+    channel = frame.f_locals["self"].channel
+    return channel.fileno() if hasattr(channel, "fileno") else channel._writer.fileno()
+
+
+def _writes_to_its_channel(data: bytes) -> SimpleNamespace:
+    """The oracle, except that its first call in a process writes ``data``
+    into the worker's channel, between two of the worker's own frames."""
+    written = []
+
+    def build_c128a_topk_metadata(*args):
+        if not written:
+            written.append(True)
+            os.write(worker_channel_fd(), data)
+        return oracle.build_c128a_topk_metadata(*args)
+
+    return SimpleNamespace(build_c128a_topk_metadata=build_c128a_topk_metadata)
+
+
+FRAME_MAGIC = b"c128"  # c128a.runners.fuzz.channel's, written out: the tests plant frames by hand
+garbage_on_the_channel = _writes_to_its_channel(b"garbage, not a frame\n")
+malformed_frame_on_the_channel = _writes_to_its_channel(
+    FRAME_MAGIC + (12).to_bytes(4, "big") + b"\x80\x05not pickle"
+)
+huge_frame_header_on_the_channel = _writes_to_its_channel(FRAME_MAGIC + (2**32 - 1).to_bytes(4, "big"))
+unfinished_frame_on_the_channel = _writes_to_its_channel(FRAME_MAGIC + (16 << 20).to_bytes(4, "big"))
+"""A header announcing 16 MiB (under the limit) that never come."""
+
+
+# ---------------------------------------------------------------- a target's own processes
+
+CHILD_PIDS_ENV = "C128A_TEST_CHILD_PIDS"
+
+
+def _spawn_a_child_then_hang(*args):
+    """Start a sleeping child process, note its pid in the folder
+    ``$C128A_TEST_CHILD_PIDS`` names, and never return."""
+    child = subprocess.Popen(["sleep", "3600"])
+    Path(os.environ[CHILD_PIDS_ENV], str(child.pid)).touch()
+    time.sleep(3600)
+
+
+spawns_a_child_and_hangs = SimpleNamespace(build_c128a_topk_metadata=_spawn_a_child_then_hang)
+
+
+# ---------------------------------------------------------------- historical steps
+
+HISTORICAL_STEP = Batch(
+    positions=(7, 77, 777, 7777), num_decode_tokens=4, token_to_req_indices=(0, 1, 2, 3),
+    block_table=tuple(tuple(r * PAGES + k for k in range(PAGES)) for r in range(4)),
+    slot_mapping=(7, 77, 777, 7777), max_model_len=WIDTH * 128, capacity=WIDTH, width=WIDTH,
+    buffer_rows=4,
+)
+"""A property's explicit step, which the draws never give."""
+
+
+def _on_the_historical_step(action) -> SimpleNamespace:
+    def build_c128a_topk_metadata(*args):
+        if tuple(args[0].tolist()) == HISTORICAL_STEP.positions:
+            action()
+        return oracle.build_c128a_topk_metadata(*args)
+
+    return SimpleNamespace(build_c128a_topk_metadata=build_c128a_topk_metadata)
+
+
+crashes_on_the_historical_step = _on_the_historical_step(lambda: os._exit(9))
+hangs_on_the_historical_step = _on_the_historical_step(lambda: time.sleep(3600))
+HISTORICAL_PROPERTIES = {
+    "with_a_historical_step": Property("with_a_historical_step", small_batches, matches_reference,
+                                       examples=(HISTORICAL_STEP,)),
 }

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import errno
 import functools
+import io
 import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from c128a import cli
 from c128a.contract import oracle
@@ -37,6 +40,7 @@ from helpers import (
     assert_all_ended,
     descendants,
     free_port,
+    importable_here_and_in_children,
     needs_proc,
     parents,
     short_temporary_folder,
@@ -44,12 +48,14 @@ from helpers import (
 )
 from fault_targets import (
     CASES_DIR_ENV,
+    CHILD_PIDS_ENV,
     FAULT_PROPERTIES,
     FIRST_WRONG_MARKER_ENV,
+    HISTORICAL_STEP,
     policy_raises,
     slow_failing,
 )
-from test_fuzz import MACHINE_SPEC, lens_mutant, make_config, standin_machine
+from test_fuzz import MACHINE_SPEC, PLANT_ENV, lens_mutant, make_config, standin_machine
 
 pytestmark = [
     needs_proc,
@@ -507,11 +513,13 @@ def test_case_that_cannot_be_written_mid_run_is_kept_in_the_report(tmp_path, mon
 
 
 @pytest.fixture
-def full_disk(tmp_path):
+def full_disk(tmp_path, monkeypatch):
     """A real full filesystem: a 64 KiB tmpfs holding a ``cases`` folder and a
     file that took every free byte. Creating a file there still works (the
     run's start-up checks pass, as they would on a disk that fills during
-    the run); writing one byte into it fails with ENOSPC."""
+    the run); writing one byte into it fails with ENOSPC. The user's cache
+    (a fallback folder for refused cases) is the test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     mount_point = tmp_path / "full"
     mount_point.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
@@ -729,3 +737,309 @@ def test_a_temporary_folder_too_long_for_the_fork_servers_socket_is_refused(fuzz
         assert "set TMPDIR to a shorter folder" in line
     finally:
         shutil.rmtree(long_folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- nothing only in memory
+
+
+class SignalsItself(io.StringIO):
+    """A console's file that sends this process ``signum`` the first time
+    the text ``when`` is written to it: a real signal in the phase that
+    writes it."""
+
+    def __init__(self, when: str, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.when, self.signum, self.sent = when, signum, False
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if not self.sent and self.when in self.getvalue():
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+        return written
+
+    @property
+    def text(self) -> str:
+        return self.getvalue()
+
+
+@pytest.fixture
+def sigterm_must_be_handled():
+    """SIGTERM that reaches this process's own handler fails the test: the
+    run must handle it in every phase (else, outside pytest, it dies by it)."""
+
+    def unhandled(signum, frame):
+        raise AssertionError("SIGTERM reached the default handler: the run did not handle it")
+
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_during_the_summary_with_the_cases_folder_full_loses_nothing(
+    tmp_path, monkeypatch, full_disk, sigterm_must_be_handled
+):
+    """The cases folder is full: the case is written at once beside the
+    report (c128a-unwritten-cases/), saying where; SIGTERM during the summary
+    then ends the run with its report written, marked interrupted, and one
+    line. (Before: the case lived in memory until the summary; SIGTERM there
+    was exit 143, no case, no report, nothing printed.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    console_file = SignalsItself("c128a fuzz summary")
+    config = make_config(tmp_path, target="test_fuzz:lens_mutant", properties=FAULTS_SPEC,
+                         max_examples=300, exitfirst=True, cases_dir=str(full_disk / "cases"))
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["status"] == "interrupted" and report["interrupted_by"] == "SIGTERM", report
+    assert report["exit_status"] == 1, report
+    assert json.loads(Path(config.report).read_text()) == report
+    [saved] = (tmp_path / "c128a-unwritten-cases").glob("*.json")
+    case = cases.load_case(saved)
+    assert not cases.replay_case(case, lens_mutant, "cpu", properties=FAULT_PROPERTIES).passed
+    [entry] = report["cases"]
+    assert entry["saved_elsewhere"] == str(saved) and "No space left" in entry["not_written"]
+    printed = console_file.text
+    assert f"saved instead as {saved}" in printed
+    assert "run interrupted by SIGTERM while it ended" in printed
+    assert f"written to {config.report}, status interrupted" in printed
+
+
+def test_a_case_the_full_folder_refused_is_written_there_once_it_has_room(
+    tmp_path, monkeypatch, full_disk
+):
+    """The run keeps trying the cases folder: room made after a crash case
+    went to the fallback folder, the case ends in the cases folder and its
+    fallback copy goes."""
+    monkeypatch.setenv(PLANT_ENV, str(tmp_path / "planted"))
+
+    class FreesTheDisk(io.StringIO):
+        def write(self, text: str) -> int:
+            if "saved instead as" in text:
+                (full_disk / "filler").unlink(missing_ok=True)
+            return super().write(text)
+
+    console_file = FreesTheDisk()
+    config = make_config(tmp_path, only=("crashes_once",), max_examples=20,
+                         cases_dir=str(full_disk / "cases"))
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["exit_status"] == 1 and report["totals"]["crashes"] == 1, report
+    [entry] = report["cases"]
+    assert Path(entry["path"]).parent == full_disk / "cases", entry
+    assert "No space left" in entry["written_late"] and "not_written" not in entry
+    assert cases.load_case(entry["path"]).batch is not None
+    assert list((tmp_path / "c128a-unwritten-cases").glob("*.json")) == []
+    assert f"case written to {entry['path']} now" in console_file.getvalue()
+
+
+def test_sigterm_while_the_report_is_written_leaves_it_written_and_interrupted(
+    tmp_path, monkeypatch, sigterm_must_be_handled
+):
+    """SIGTERM arrives as the report is written: it is written (again),
+    marked interrupted; one line says so."""
+    from c128a.runners.fuzz import ending
+
+    write = ending.atomic_write_json
+
+    def signalled_first(path, data):
+        os.kill(os.getpid(), signal.SIGTERM)
+        write(path, data)
+
+    monkeypatch.setattr(ending, "atomic_write_json", signalled_first)
+    console_file = io.StringIO()
+    config = make_config(tmp_path, max_examples=5)
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["status"] == "interrupted" and report["exit_status"] == 143, report
+    assert json.loads(Path(config.report).read_text())["status"] == "interrupted"
+    assert "run interrupted by SIGTERM while it ended" in console_file.getvalue()
+
+
+def test_sigterm_while_the_command_starts_says_so_in_one_line(fuzz_process):
+    """SIGTERM while the command imports torch (its first seconds): exit 143
+    and one line saying nothing ran. (Before: killed by the signal, nothing
+    printed.)"""
+    run = fuzz_process("--minutes", "1", "--workers", "1", "--only", "matches_reference")
+    wait_until(lambda: b"torch" in _maps(run.pid), 60, "the command importing torch")
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(60) == 143, run.errors()
+    [line] = run.errors().splitlines()
+    assert "interrupted by SIGTERM while starting" in line and "Traceback" not in line
+    assert not run.report_path.exists()
+
+
+def test_sigterm_while_the_target_loads_says_so_in_one_line(fuzz_process, tmp_path,
+                                                             monkeypatch):
+    """SIGTERM while the target's module is imported (after the command
+    line started, before any worker): exit 143 and one line. (Before:
+    killed by the signal, nothing printed.)"""
+    marker = tmp_path / "importing"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "slow_to_import.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(120)\n"
+    )
+    importable_here_and_in_children(modules, monkeypatch)
+    run = fuzz_process("--minutes", "1", "--workers", "1", "--only", "matches_reference",
+                       target="slow_to_import:target")
+    wait_until(marker.exists, 60, f"the target's module imported; stderr:\n{run.errors()}")
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(30) == 143, run.errors()
+    [line] = run.errors().splitlines()
+    assert "interrupted by SIGTERM while starting, before any worker ran" in line
+    assert not run.report_path.exists()
+
+
+def _maps(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/maps").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_report_that_cannot_be_written_makes_the_run_not_clean(tmp_path, monkeypatch,
+                                                                  full_disk):
+    """A clean run whose report the disk refuses: exit 2, status errors, and
+    it says so. (Before: exit 0.)"""
+    console_file = io.StringIO()
+    config = make_config(tmp_path, max_examples=5, report=str(full_disk / "report.json"))
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["exit_status"] == 2 and report["status"] == "errors", report
+    assert "No space left on device" in report["report_not_written"]
+    assert "could not write the report" in console_file.getvalue()
+    assert "the run is not clean (exit 2)" in console_file.getvalue()
+
+
+# ---------------------------------------------------------------- the channel
+
+
+@pytest.mark.parametrize(
+    "target, problem",
+    [
+        ("garbage_on_the_channel", "bytes that are not a frame: b'garbage, not a frame"),
+        ("malformed_frame_on_the_channel", "a frame of 12 bytes does not unpickle"),
+    ],
+    ids=["garbage", "malformed-frame"],
+)
+def test_what_is_not_a_frame_on_a_workers_channel_is_an_error_with_a_report(
+    tmp_path, monkeypatch, target, problem
+):
+    """Bytes a target writes into its worker's channel: an error of the
+    suite (exit 2, status errors, the report says what came), the worker
+    stopped, no traceback. (Before: a malformed frame was an UnpicklingError
+    traceback and no report; garbage on an idle channel was dropped and the
+    run `clean`.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    console_file = io.StringIO()
+    config = make_config(tmp_path, target=f"fault_targets:{target}", properties=FAULTS_SPEC,
+                         max_examples=20)
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["exit_status"] == 2 and report["status"] == "errors", report
+    assert report["totals"]["failures"] == 0 and report["cases"] == [], report
+    [error] = report["errors"]
+    assert "worker 0's channel is broken" in error and problem in error, error
+    assert report["per_worker"][0]["state"] == "channel broken"
+    assert json.loads(Path(config.report).read_text()) == report
+    assert "Traceback" not in console_file.getvalue()
+
+
+def test_a_huge_frame_length_is_refused_at_once(fuzz_process):
+    """A length header announcing 4 GiB on a worker's channel: refused
+    before any of it is read, an error of the suite with a report. (Before:
+    the supervisor read on for ever, deaf to SIGTERM and SIGINT; in its
+    own process here, so that a regression hangs nothing but it.)"""
+    run = fuzz_process("--max-examples", "20", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", target="fault_targets:huge_frame_header_on_the_channel")
+    assert run.wait(60) == 2, run.errors()
+    report = run.report()
+    assert report["status"] == "errors" and report["totals"]["failures"] == 0, report
+    [error] = report["errors"]
+    assert "a frame header announces 4294967295 bytes, more than MAX_FRAME_BYTES" in error, error
+    assert "Traceback" not in run.errors()
+
+
+def test_an_unfinished_frame_never_blocks_the_supervisor(fuzz_process):
+    """A header announcing 16 MiB that never come: the run still answers
+    SIGTERM with its report, and the frame the worker ended inside is an
+    error of the suite."""
+    run = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", target="fault_targets:unfinished_frame_on_the_channel")
+    family = run.running_workers(1)
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(30) == 2, run.errors()
+    report = run.report()
+    assert report["status"] == "interrupted", report
+    [error] = report["errors"]
+    assert "ended inside a frame announcing 16777216 bytes" in error, error
+    assert_all_ended(family)
+
+
+# ---------------------------------------------------------------- a target's processes
+
+
+def test_a_hung_targets_child_processes_end_with_its_worker_and_the_run(fuzz_process,
+                                                                        tmp_path):
+    """A target starts a sleeping child, then hangs: the hang kill ends the
+    child with the worker (its process group), and SIGTERM to the run ends
+    the restarted worker's child too. (Before: one orphan a hang kill, and
+    one more after SIGTERM.)"""
+    pids = tmp_path / "child-pids"
+    pids.mkdir()
+    run = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                       "--no-stateful", "--example-timeout", "1",
+                       target="fault_targets:spawns_a_child_and_hangs",
+                       env={CHILD_PIDS_ENV: str(pids)})
+    children = wait_until(lambda: len(list(pids.iterdir())) >= 2 and list(pids.iterdir()), 90,
+                          f"a second child (after a hang kill); stderr:\n{run.errors()}")
+    first = int(min(children, key=lambda path: path.stat().st_mtime).name)
+    assert_all_ended({first}, what="the hung worker's child after the hang kill")
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(30) == 1, run.errors()
+    assert run.report()["totals"]["hangs"] >= 1
+    assert_all_ended({int(path.name) for path in pids.iterdir()},
+                     what="the targets' children after SIGTERM to the run")
+
+
+# ---------------------------------------------------------------- historical steps
+
+
+@pytest.mark.parametrize("fault, kind", [("crashes", "crash"), ("hangs", "hang")])
+def test_a_historical_step_that_kills_its_worker_is_saved_once_and_the_run_goes_on(
+    tmp_path, monkeypatch, fault, kind
+):
+    """A target dies (or hangs) on a property's explicit step, which each
+    worker runs in its first round: saved once as a crash (hang) case, and
+    the restarted worker skips it and fuzzes on. (Before: every restart died
+    on the same step: 26 crashes, 0 examples.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target=f"fault_targets:{fault}_on_the_historical_step",
+                         properties="fault_targets:HISTORICAL_PROPERTIES",
+                         only=("with_a_historical_step",), max_examples=20, example_timeout=1.5)
+    report = fuzz.run_fuzz(config)
+    assert report["totals"][fault] == 1 and report["totals"]["restarts"] == 1, report
+    assert report["totals"]["examples"] >= 20, report
+    assert report["per_worker"][0]["state"] == "done"
+    [saved] = cases.case_files(tmp_path / "cases")
+    case = cases.load_case(saved)
+    assert case.kind == kind and case.batch == HISTORICAL_STEP, case
+
+
+# ---------------------------------------------------------------- the run's temporary folder
+
+
+def test_a_folder_left_by_a_killed_run_is_removed_by_the_next_run(fuzz_process, tmp_path,
+                                                                  monkeypatch):
+    """SIGKILL of the parent leaves its temporary folder (its workers die
+    with it); the next run in the same temporary folder removes it, as its
+    owner is gone. (Before: it stayed for good.)"""
+    killed = fuzz_process("--minutes", "2", "--workers", "1", "--only", "matches_reference",
+                          "--no-stateful")
+    family = killed.running_workers(1)
+    [left] = killed.temporary.glob("c128a-fuzz-*")
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait(10)
+    assert_all_ended(family)
+    assert left.is_dir()
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setattr(tempfile, "tempdir", str(killed.temporary))
+    report = fuzz.run_fuzz(make_config(tmp_path, max_examples=3))
+    assert report["exit_status"] == 0, report
+    assert not left.exists()
+    assert list(killed.temporary.glob("c128a-fuzz-*")) == []

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
+import multiprocessing
+import os
 import pickle
 import queue
 import shutil
+import subprocess
+import tempfile
 import threading
 
 import pytest
@@ -17,7 +22,7 @@ from rich.console import Console
 
 from c128a.failures import EXIT_USAGE
 from c128a.runners import cases
-from c128a.runners.fuzz import casebook, protocol
+from c128a.runners.fuzz import casebook, channel, protocol, rundir
 from c128a.runners.fuzz.casebook import CaseBook
 from c128a.runners.fuzz.inflight import (
     InflightFile,
@@ -287,6 +292,58 @@ def test_a_case_that_cannot_be_written_is_kept_whole_in_its_entry(tmp_path):
     assert recorded == [True]  # --exitfirst stops at an unwritten case too
 
 
+def refusing_book(tmp_path, *fallbacks):
+    """A book whose cases folder is a file (every write refused), with
+    ``fallbacks``; what it says goes to ``book.said``."""
+    (tmp_path / "cases").write_text("a file where the folder should be")
+    said = []
+    book = CaseBook(tmp_path / "cases", fallbacks=list(fallbacks),
+                    say=lambda text, case: said.append((text, case)))
+    book.said = said
+    return book
+
+
+def test_a_refused_case_goes_at_once_to_the_first_fallback_that_takes_it(tmp_path):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file: no folder can be made under it")
+    book = refusing_book(tmp_path, blocked / "unwritten", tmp_path / "unwritten")
+    first, shrunk = unshrunk_and_shrunk()
+    book.found(0, first)
+    [entry] = book.entries
+    [copy] = (tmp_path / "unwritten").iterdir()
+    assert entry["saved_elsewhere"] == str(copy) and cases.load_case(copy) == first
+    [(text, whole)] = book.said
+    assert f"saved instead as {copy}" in text and whole is None
+    book.shrunk(0, shrunk)  # the shrunk case replaces the copy, as it replaces a saved one
+    assert [path.name for path in (tmp_path / "unwritten").iterdir()] == [
+        cases.case_filename(shrunk)]
+    assert book.entries[0]["shrunk"] is True and book.unwritten == book.entries
+
+
+def test_a_case_no_folder_takes_is_said_whole_at_once(tmp_path):
+    book = refusing_book(tmp_path)
+    case = make_case()
+    book.found(0, case)
+    [(text, whole)] = book.said
+    assert "nor elsewhere (no fallback folder): here it is whole" in text and whole == case
+    assert cases.Case.from_json(book.entries[0]["case"]) == case
+
+
+def test_a_refused_case_reaches_the_cases_folder_once_it_takes_it(tmp_path):
+    book = refusing_book(tmp_path, tmp_path / "unwritten")
+    case = make_case()
+    book.found(0, case)
+    book.retry_unwritten()  # still a file: nothing changes
+    assert book.entries[0]["path"] is None and len(book.unwritten) == 1
+    (tmp_path / "cases").unlink()
+    (tmp_path / "cases").mkdir()
+    book.retry_unwritten()
+    [entry] = book.entries
+    assert entry["path"] == str(tmp_path / "cases" / cases.case_filename(case)) and entry["new"]
+    assert "case" not in entry and "not_written" not in entry and entry["written_late"]
+    assert list((tmp_path / "unwritten").iterdir()) == [] and book.unwritten == []
+
+
 def test_a_lost_input_is_listed_with_nothing_saved(tmp_path):
     book = CaseBook(tmp_path / "cases")
     book.lost("crash", "worker 0 died (exit 3) running this input (before its first example)")
@@ -320,3 +377,86 @@ def test_a_worker_sends_only_protocol_messages_and_its_cases_survive_the_crossin
         assert cases.Case.from_json(case.to_json()) == case
         assert case.kind == "failure" and case.target == MUTANT_SPEC and case.batch is not None
     assert shrunk.case.reproduce_blob and not found.case.reproduce_blob
+
+
+# ---------------------------------------------------------------- the channel
+
+
+@pytest.fixture
+def channel_pair():
+    """A worker's channel, both ends in this process: (writer, reader)."""
+    reading, writing = multiprocessing.Pipe(duplex=False)
+    reader = channel.ChannelReader(reading)
+    yield channel.ChannelWriter(writing), reader
+    reader.close()
+
+
+def received(reader: channel.ChannelReader) -> list:
+    messages = []
+    while True:
+        try:
+            messages.append(reader.get_nowait())
+        except queue.Empty:
+            return messages
+
+
+def test_every_message_kind_crosses_a_real_channel_whole(channel_pair):
+    writer, reader = channel_pair
+    for message in EXAMPLE_MESSAGES.values():
+        writer.put(message)
+    assert received(reader) == list(EXAMPLE_MESSAGES.values())
+
+
+def test_a_frame_arriving_in_pieces_is_read_once_whole(channel_pair):
+    """Half a frame is no message yet, and no error: the rest comes later."""
+    writer, reader = channel_pair
+    payload = pickle.dumps(protocol.Done(1))
+    frame = channel.HEADER.pack(channel.FRAME_MAGIC, len(payload)) + payload
+    os.write(writer.fileno(), frame[:7])
+    assert received(reader) == []
+    os.write(writer.fileno(), frame[7:])
+    assert received(reader) == [protocol.Done(1)]
+
+
+@pytest.mark.parametrize("data, problem", [
+    (b"garbage", "bytes that are not a frame"),
+    (channel.FRAME_MAGIC + (channel.MAX_FRAME_BYTES + 1).to_bytes(4, "big"), "MAX_FRAME_BYTES"),
+    (channel.FRAME_MAGIC + (3).to_bytes(4, "big") + b"abc", "does not unpickle"),
+    # A valid pickle that would call a function: a frame is data.
+    (channel.FRAME_MAGIC + len(pickle.dumps(os.getpid)).to_bytes(4, "big")
+     + pickle.dumps(os.getpid), "which no message holds"),
+], ids=["garbage", "too-long", "not-pickle", "names-a-function"])
+def test_what_is_not_a_frame_of_a_message_is_a_channel_error(channel_pair, data, problem):
+    writer, reader = channel_pair
+    os.write(writer.fileno(), data)
+    with pytest.raises(channel.ChannelError, match=problem):
+        reader.get_nowait()
+
+
+def test_a_channel_ended_inside_a_frame_says_so(channel_pair):
+    writer, reader = channel_pair
+    os.write(writer.fileno(), channel.FRAME_MAGIC + (100).to_bytes(4, "big") + b"x" * 10)
+    writer.close()
+    assert received(reader) == []
+    assert reader.unfinished_frame() == (
+        "the channel ended inside a frame announcing 100 bytes, of which 10 came")
+
+
+# ---------------------------------------------------------------- the run's temporary folder
+
+
+def test_only_a_run_folder_whose_owner_is_gone_is_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mine = rundir.make_run_dir()
+    gone = rundir.make_run_dir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = json.loads((gone / rundir.OWNER_FILE).read_text())
+    (gone / rundir.OWNER_FILE).write_text(json.dumps({**owner, "pid": dead.pid}))
+    elsewhere = rundir.make_run_dir()  # another pid namespace: not ours to judge
+    (elsewhere / rundir.OWNER_FILE).write_text(
+        json.dumps({**owner, "pid": dead.pid, "pid_namespace": "pid:[1]"}))
+    unowned = tmp_path / f"{rundir.PREFIX}being-made"
+    unowned.mkdir()
+    assert rundir.remove_stale_run_dirs() == [gone]
+    assert mine.is_dir() and elsewhere.is_dir() and unowned.is_dir()

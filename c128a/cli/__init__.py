@@ -15,6 +15,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
 
@@ -43,12 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StartupSignal(BaseException):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_startup_signal(signum: int, frame=None) -> None:
+    raise _StartupSignal(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM or SIGHUP while the subcommands import torch (seconds): one
+    # line, as for Ctrl-C, not a silent death by the signal.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, _raise_startup_signal)
+                    for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         parser = build_parser()
     except KeyboardInterrupt:
         print("c128a: interrupted (Ctrl-C) while starting", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except _StartupSignal as stop:
+        print(f"c128a: interrupted by {signal.Signals(stop.signum).name} while starting; "
+              "nothing ran", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)

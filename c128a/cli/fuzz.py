@@ -8,6 +8,7 @@ Options come from the command line, else the ``[fuzz]`` table of
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import fields
 
 from .. import options
@@ -21,6 +22,7 @@ from ..options import (
 )
 from ..runners.fuzz import FuzzOptions, load_config_file, resolve, run_fuzz
 from ..runners.fuzz.config import CONFIG_TABLE, check_paths, cli_name
+from ..runners.fuzz.signals import RunInterrupted, RunSignals
 from .common import add_target_arguments, choose_device, load
 
 
@@ -101,12 +103,22 @@ def option_names(args: argparse.Namespace, keys: dict[str, str]):
 
 
 def run(args: argparse.Namespace) -> int:
-    keys: dict[str, str] = {}
-    options = options_from_args(args, keys)
-    name_of = option_names(args, keys)
-    device = choose_device(options.device)
-    target, _ = load(options.target, option=name_of("target"), padding_rows=options.padding_rows)
-    config = resolve(options, target=target.spec, device=device, padding_rows=target.padding_rows,
-                     name_of=name_of)
-    check_paths(config, name_of)  # run_fuzz checks them again, naming the CLI's options
-    return int(run_fuzz(config)["exit_status"])
+    # SIGINT, SIGTERM and SIGHUP are handled from here to the run's end: one
+    # during start-up (the target's import takes seconds) is one line.
+    with RunSignals() as signals:
+        try:
+            keys: dict[str, str] = {}
+            options = options_from_args(args, keys)
+            name_of = option_names(args, keys)
+            device = choose_device(options.device)
+            target, _ = load(options.target, option=name_of("target"),
+                             padding_rows=options.padding_rows)
+            config = resolve(options, target=target.spec, device=device,
+                             padding_rows=target.padding_rows, name_of=name_of)
+            check_paths(config, name_of)  # run_fuzz checks them again, naming the CLI's options
+            return int(run_fuzz(config, signals=signals)["exit_status"])
+        except RunInterrupted as stop:
+            signals.only_note()
+            print(f"c128a fuzz: interrupted by {stop.name} while starting, before any worker "
+                  "ran: nothing was fuzzed, no report", file=sys.stderr)
+            return 128 + stop.signum

@@ -7,14 +7,41 @@ kill loses nothing found, and the shrunk one replaces it. A failure is known
 by its case file's name (:func:`~c128a.runners.cases.case_filename`: its
 kind, target, property, inputs and variant), so a failure of another kind or
 target is never taken for one saved before.
+
+A case the cases folder refuses (a full disk, a read-only or vanished
+folder) is written at once to the first fallback folder that takes it
+(:func:`fallback_folders`), and the run says where on stderr; when none
+does, it is printed whole there at once. Either way the run tries the
+cases folder again as it goes (:meth:`CaseBook.retry_unwritten`) and at its
+end, and keeps the case whole in its report entry until it is there. A
+finding never lives only in memory.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from ..cases import Case, atomic_write_json, case_filename, write_case
+
+UNWRITTEN_FOLDER = "c128a-unwritten-cases"
+
+
+def fallback_folders(report: str | None) -> list[Path]:
+    """Where a case the cases folder refuses goes, in order: beside the
+    run's report, the user's cache (``$XDG_CACHE_HOME``, else ``~/.cache``:
+    ``c128a/unwritten-cases``), the temporary folder."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folders = [cache / "c128a" / "unwritten-cases", Path(tempfile.gettempdir()) / UNWRITTEN_FOLDER]
+    if report:
+        folders.insert(0, Path(report).parent / UNWRITTEN_FOLDER)
+    return folders
+
+
+def _quiet(text: str, case: Case | None = None) -> None:
+    pass
 
 
 class CaseBook:
@@ -22,9 +49,14 @@ class CaseBook:
     (:attr:`entries`). ``on_record`` is called after each case is recorded
     (``--exitfirst`` stops the run there)."""
 
-    def __init__(self, cases_dir: Path | str, on_record: Callable[[], None] = lambda: None):
+    def __init__(self, cases_dir: Path | str, on_record: Callable[[], None] = lambda: None,
+                 fallbacks: list[Path] = (), say: Callable[[str, Case | None], None] = _quiet):
         self.cases_dir = cases_dir
         self.on_record = on_record
+        self.fallbacks = list(fallbacks)
+        # say(text, case): a line for stderr, and the case to print whole with it, if any
+        self.say = say
+        self.unwritten: list[dict[str, Any]] = []  # entries whose case cases_dir refused
         self.entries: list[dict[str, Any]] = []
         self.seen: set[str] = set()  # the file names of the failures found in this run
         # worker -> (file name, report entry) of its unshrunk case; no entry:
@@ -40,14 +72,64 @@ class CaseBook:
                                  **notes}
         if case.outside_contract is not None:
             entry["outside_contract"] = case.outside_contract
-        try:
-            path, new = write_case(case, self.cases_dir)
-            entry.update(path=str(path), new=new)
-        except OSError as exc:
-            keep_unwritten(entry, case, self.cases_dir, exc)
+        self.save(case, entry)
         self.entries.append(entry)
         self.on_record()
         return entry
+
+    def save(self, case: Case, entry: dict[str, Any]) -> None:
+        """``case`` into the cases folder, else at once into a fallback folder."""
+        try:
+            path, new = write_case(case, self.cases_dir)
+            entry.update(path=str(path), new=new)
+            return
+        except OSError as exc:
+            keep_unwritten(entry, case, self.cases_dir, exc)
+        self.unwritten.append(entry)
+        problems = []
+        for folder in self.fallbacks:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                path, _ = write_case(case, folder)
+            except OSError as exc:
+                problems.append(f"{folder}: {exc.strerror or exc}")
+                continue
+            entry["saved_elsewhere"] = str(path)
+            self.say(f"{case.kind} case could not be written to {entry['not_written']}; saved "
+                     f"instead as {path}; the run tries {self.cases_dir} again as it goes and at "
+                     "its end", None)
+            return
+        self.say(f"{case.kind} case could not be written to {entry['not_written']}, nor "
+                 f"elsewhere ({'; '.join(problems) or 'no fallback folder'}): here it is whole; "
+                 f"the run tries {self.cases_dir} again as it goes and at its end", case)
+
+    def retry_unwritten(self) -> None:
+        """Try the cases folder again for each case it refused; one written
+        there now leaves its fallback copy."""
+        for entry in list(self.unwritten):
+            case = Case.from_json(entry["case"])
+            try:
+                path, new = write_case(case, self.cases_dir)
+            except OSError:
+                continue
+            self._forget_unwritten(entry)
+            elsewhere = entry.pop("saved_elsewhere", None)
+            refused = entry.pop("not_written")
+            del entry["case"]
+            entry.update(path=str(path), new=new, written_late=f"at first refused: {refused}")
+            if elsewhere:
+                Path(elsewhere).unlink(missing_ok=True)
+            self.say(f"{case.kind} case written to {path} now (refused before: {refused}"
+                     + (f"; its copy {elsewhere} removed" if elsewhere else "") + ")", None)
+
+    def _forget_unwritten(self, entry: dict[str, Any], replacement=None) -> None:
+        for index, unwritten in enumerate(self.unwritten):
+            if unwritten is entry:
+                if replacement is None:
+                    del self.unwritten[index]
+                else:
+                    self.unwritten[index] = replacement
+                return
 
     def lost(self, kind: str, failure: str) -> None:
         """A crash or hang whose input is unknown: listed, nothing to save."""
@@ -82,6 +164,13 @@ class CaseBook:
                     atomic_write_json(Path(first["path"]), case.to_json())
                 except OSError as exc:
                     keep_unwritten(first, case, first["path"], exc)
+            elif any(entry is first for entry in self.unwritten):
+                first["case"] = case.to_json()
+                if first.get("saved_elsewhere"):
+                    try:
+                        atomic_write_json(Path(first["saved_elsewhere"]), case.to_json())
+                    except OSError:
+                        pass  # the unshrunk copy stays there; the report holds this one
             return 0
         if key in self.seen:
             if first:
@@ -98,12 +187,16 @@ class CaseBook:
         self.discard(first, keep_entry=True)
         first.clear()
         first.update(entry)
+        self._forget_unwritten(entry, replacement=first)
         return 0
 
     def discard(self, entry: dict[str, Any], keep_entry: bool = False) -> None:
         """Drop an unshrunk case: its file, when this run wrote it, and its entry."""
         if entry.get("new") and entry.get("path"):
             Path(entry["path"]).unlink(missing_ok=True)
+        if entry.get("saved_elsewhere"):
+            Path(entry["saved_elsewhere"]).unlink(missing_ok=True)
+        self._forget_unwritten(entry)
         if not keep_entry:
             self.entries.remove(entry)
 

@@ -10,6 +10,7 @@ supervisor's crash and hang cases all go through it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class InflightRecord:
     profile: str | None = None
     padding_rows: str | None = None
     fault: str | None = None
+    historical: bool = False  # one of the property's explicit (@example) steps
     # Read back: the batch as written (kept for the report even when it is
     # malformed), and why it could not be read.
     batch_json: Any = dataclasses.field(default=None, compare=False)
@@ -50,6 +52,8 @@ class InflightRecord:
         }
         if self.fault is not None:
             record["fault"] = self.fault
+        if self.historical:
+            record["historical"] = True
         return record
 
     @classmethod
@@ -66,8 +70,16 @@ class InflightRecord:
             property=data.get("property"), seed=data.get("seed"), batch=batch,
             round_examples=data.get("round_examples"), profile=data.get("profile"),
             padding_rows=data.get("padding_rows"), fault=data.get("fault"),
+            historical=data.get("historical") is True,
             batch_json=data.get("batch"), batch_problem=problem,
         )
+
+
+def step_key(name: str | None, batch: Batch) -> str:
+    """What names a step of property ``name`` across processes: the
+    supervisor tells a restarted worker the historical steps to skip by it."""
+    text = json.dumps([name, batch.to_json()], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def read_inflight(path: Path) -> InflightRecord | None:

@@ -4,7 +4,10 @@
 environment, watches that the supervisor still runs, sets its signals, pins
 its GPU, builds its :class:`~.worker.Worker`, says it is ready, runs it and
 says it is done (or why it could not run); a SIGTERM of its own ends it by
-that signal.
+that signal. A worker leads a session (and process group) of its own: what
+its target starts is in that group, and the supervisor ends the worker by
+killing the whole group (:func:`kill_group`), as ``c128a replay`` ends its
+children; a target's child process never outlives its worker.
 """
 
 from __future__ import annotations
@@ -27,6 +30,20 @@ WORKER_INTERRUPTED_EXIT = 130
 """A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
 PARENT_POLL_S = 1.0
 PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
+
+
+def kill_group(process) -> None:
+    """SIGKILL to worker ``process``'s process group: the worker, if it still
+    runs, and every process its code started (a worker leads its group: its
+    pid is the group's id). A group that has ended is no error."""
+    if process.pid is None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.is_alive():  # not yet in its own session: it was killed as it started
+        process.kill()
 
 
 def run_worker(*args) -> None:
@@ -81,14 +98,18 @@ def watch_parent(supervisor_pid: int) -> None:
 
 
 def worker_main(
-    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ
+    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ,
+    skip_historical=frozenset(),
 ) -> None:
     """A worker process: take the supervisor's environment (``environ``, as
     it was at the spawn), watch the supervisor, pin, choose the device, load
-    everything, run rounds. SIGINT is ignored (it arrives blocked):
-    Ctrl-C reaches the whole process group and the parent stops the run; a
-    SIGTERM asks this worker to stop after its example, and, unless the run
-    is stopping too, to end by that signal (:func:`exit_by_sigterm`)."""
+    everything, run rounds. SIGINT is ignored (it arrives blocked): the
+    parent stops the run on Ctrl-C (which, the worker leading a session of
+    its own, no longer reaches it from the terminal); a SIGTERM asks this worker to stop after its example, and, unless the run
+    is stopping too, to end by that signal (:func:`exit_by_sigterm`).
+    ``skip_historical``: the historical steps already saved as crash or hang
+    cases (:func:`~.inflight.step_key`), which this worker does not run."""
+    os.setsid()  # first: whatever the worker starts belongs to its group
     os.environ.clear()
     os.environ.update(environ)
     watch_parent(parent)
@@ -98,7 +119,8 @@ def worker_main(
     try:
         if gpu is not None:
             pin_to_gpu(gpu)
-        worker = Worker(index, generation, config, channel, stop, inflight, budget)
+        worker = Worker(index, generation, config, channel, stop, inflight, budget,
+                        skip_historical=skip_historical)
         freeze_startup_heap()
         channel.put(protocol.Ready(index))
         worker.loop()
@@ -118,7 +140,6 @@ def exit_by_sigterm(channel) -> None:
     the parent: it has not said it is done, so the parent keeps its last
     input and restarts it like any worker lost to a signal."""
     channel.close()
-    channel.join_thread()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
     os._exit(128 + signal.SIGTERM)  # not reached: the signal is unblocked

@@ -13,7 +13,6 @@ import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Group
@@ -23,7 +22,7 @@ from rich.text import Text
 from ... import phases
 from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ...strategies.reach import reach_table
-from ..cases import Case, atomic_write_json, case_filename, versions
+from ..cases import versions
 from ..reach import reach_rows
 from .casebook import CaseBook
 from .config import FuzzConfig
@@ -78,6 +77,7 @@ class RunState(Protocol):
     errors: list[str]
     fatal: str | None
     interrupted: int | None
+    report_problem: str | None  # why the report file could not be written
     started: float
     started_wall: float
     deadline: float | None
@@ -144,15 +144,18 @@ def build_report(run: RunState) -> dict[str, Any]:
     found = failures + crashes + hangs
     splits = [s.time_split(now) for s in run.stats]
     total_split = {name: sum(split[name] for split in splits) for name in phases.BUCKETS}
+    # A report that could not be written makes no run clean: nothing else
+    # says how the run went once the terminal is gone.
+    errors = run.errors or getattr(run, "report_problem", None)
     if run.fatal:
         status = "aborted"
     elif run.interrupted is not None:
         status = "interrupted"
     else:
-        status = "failures" if found else ("errors" if run.errors else "clean")
+        status = "failures" if found else ("errors" if errors else "clean")
     if found:
         exit_status = EXIT_FAILED
-    elif run.fatal or run.errors:
+    elif run.fatal or errors:
         exit_status = EXIT_USAGE
     elif run.interrupted is not None:
         exit_status = 128 + run.interrupted  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
@@ -178,6 +181,7 @@ def build_report(run: RunState) -> dict[str, Any]:
         "interrupted_by": signal.Signals(run.interrupted).name if run.interrupted else None,
         "error": run.fatal,
         "errors": run.errors,
+        "report_not_written": getattr(run, "report_problem", None),
         "totals": {
             "examples": examples,
             "examples_per_s": round(examples / elapsed, 3) if elapsed else 0.0,
@@ -291,68 +295,3 @@ def summary_table(report: dict[str, Any]):
                   str(totals["failures"]), str(totals["crashes"]), str(totals["hangs"]),
                   str(totals["restarts"]), style="bold")
     return table
-
-
-def finish(report: dict[str, Any], config: FuzzConfig, console) -> None:
-    """Write the report to ``config.report`` and print the run's summary:
-    the table, the time split, reach and coverage, then each case, where it
-    is saved (or the whole of it, when it could not be written), and what
-    stopped the run."""
-    console.print(summary_table(report))
-    if config.max_examples is not None and report["totals"]["examples"] > config.max_examples:
-        # Hypothesis's max_examples bounds what it generates; a worker counts every example.
-        console.print(
-            f"examples: {report['totals']['examples']} ran for --max-examples "
-            f"{config.max_examples}, which bounds the generated ones; on top came the contract's "
-            "historical steps (each property's explicit examples, in every worker's first round "
-            "of it) and the examples that shrank a failure", markup=False, soft_wrap=True,
-        )
-    for line in time_lines(report):
-        console.print(line, markup=False, soft_wrap=True)
-    console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
-    if report["coverage"]:
-        console.print(
-            "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),
-            markup=False,
-        )
-    report_problem = None
-    if config.report:
-        try:
-            atomic_write_json(Path(config.report), report)
-        except OSError as exc:
-            report_problem = f"{config.report}: {exc.strerror or exc}"
-    for case in report["cases"]:
-        if case["path"]:
-            note = "new" if case["new"] else "already saved"
-            console.print(f"{case['kind']} case ({note}): {case['path']}\n  {case['failure']}",
-                          markup=False)
-        elif case.get("not_written"):
-            where = "with the report's cases below" if report_problem else "below and in the report"
-            console.print(f"{case['kind']} case NOT WRITTEN ({case['not_written']}; kept whole "
-                          f"{where})\n  {case['failure']}", markup=False)
-        else:
-            console.print(f"{case['kind']}: {case['failure']}", markup=False)
-        for key in ("note", "outside_contract"):
-            if case.get(key):
-                console.print(f"  {key.replace('_', ' ')}: {case[key]}", markup=False)
-        if case.get("not_written") and not report_problem:
-            print_for_saving_by_hand(
-                console, CASE_BLOCK, case["case"],
-                f"save it as {case_filename(Case.from_json(case['case']))} in a cases folder "
-                "to replay it",
-            )
-    for error in report["errors"]:
-        console.print(f"error of the suite itself: {error}", markup=False)
-    if report["error"]:
-        console.print(f"run aborted: {report['error']}", markup=False)
-    if report["interrupted_by"]:
-        console.print(f"run interrupted by {report['interrupted_by']}", markup=False)
-    if report_problem:
-        # The report held the unwritten cases whole: without it they exist only here.
-        console.print(f"could not write the report to {report_problem}", markup=False)
-    if report_problem and report["cases"]:
-        print_for_saving_by_hand(
-            console, REPORT_CASES_BLOCK, report["cases"],
-            "the report's cases; an entry with \"case\" holds a case that could not be "
-            "written: save that value as a .json file to replay it",
-        )

@@ -10,7 +10,9 @@ the parent's environment as it is at its start, as a spawned one would. A
 worker that dies (a CUDA fault, a signal) or runs one example past
 ``--example-timeout`` is killed and restarted; the parent keeps its in-flight
 input as a ``crash`` or ``hang`` case. A worker's first failing example is
-saved before it shrinks, so a stop or a kill loses nothing found.
+saved before it shrinks, so a stop or a kill loses nothing found. A worker
+is ended with its whole process group (:func:`~.process.kill_group`): what
+its target started never outlives it.
 
 Each worker's wall time (from its first spawn to its end, restarts included)
 is split into :data:`c128a.phases.BUCKETS`: the seconds its examples spent
@@ -20,12 +22,12 @@ them, and supervision, the rest (the report's ``time_split``).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queue_module
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -38,13 +40,16 @@ from rich.console import Console
 from rich.live import Live
 
 from ..gpus import gpu_for_worker
-from .casebook import CaseBook
+from .casebook import CaseBook, fallback_folders
+from .channel import ChannelError, ChannelReader, ChannelWriter
 from .config import FuzzConfig, check_paths
+from .ending import end_interrupted, end_run, say
 from .handlers import MessageHandlers
-from .inflight import InflightRecord, case_from_inflight, read_inflight
-from .process import WORKER_INTERRUPTED_EXIT, run_worker
-from .report import WorkerStats, build_report, finish, render, status_line
-from .worker import CUDA_FAULT_EXIT
+from .losses import LostWorkers
+from .process import kill_group, run_worker
+from .report import WorkerStats, build_report, render, status_line
+from .rundir import make_run_dir, remade, remove_stale_run_dirs
+from .signals import STOP_SIGNALS, RunInterrupted, RunSignals
 
 WORKER_PRELOAD = ("c128a.runners.fuzz.process", "c128a.replay", "triton")
 """What the fork server imports before it forks workers: nothing that depends
@@ -54,8 +59,7 @@ POLL_INTERVAL_S = 0.1
 STARTUP_TIMEOUT_S = 600.0
 STOP_GRACE_S = 30.0  # at the deadline: time for workers to finish shrinking
 SIGNAL_GRACE_S = 5.0  # after SIGINT, SIGTERM or SIGHUP: the run must end promptly
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""What stops a run like its deadline: Ctrl-C, a kill, a closed terminal or SSH session."""
+RETRY_CASES_S = 10.0  # how often the cases folder is tried again for the cases it refused
 
 
 @dataclass
@@ -67,11 +71,13 @@ class _Slot:
     activity: float = 0.0
     ready: bool = False
     finished: bool = False
+    broken: bool = False  # its channel held what is not a message
 
 
-class Supervisor(MessageHandlers):
+class Supervisor(MessageHandlers, LostWorkers):
     """Spawns, watches and restarts workers and runs the event loop; their
-    messages go to :class:`~.handlers.MessageHandlers`, cases to a :class:`~.casebook.CaseBook`.
+    messages go to :class:`~.handlers.MessageHandlers`, cases to a :class:`~.casebook.CaseBook`,
+    the workers it loses to :class:`~.losses.LostWorkers`.
 
     A stop (the deadline, ``--exitfirst``, SIGINT, SIGTERM or SIGHUP) asks the workers
     to end after their example and waits a grace period, then kills the ones
@@ -97,17 +103,21 @@ class Supervisor(MessageHandlers):
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.stop = self.context.Event()
-        self.run_dir = Path(tempfile.mkdtemp(prefix="c128a-fuzz-"))
+        remove_stale_run_dirs()
+        self.run_dir = make_run_dir()
         self.run_dir_lost = False  # deleted during the run, and made again
         self.slots = [_Slot() for _ in range(config.workers)]
         self.stats = [WorkerStats(i) for i in range(config.workers)]
         self.labels: Counter[str] = Counter()
         self.reach: Counter[str] = Counter()  # "dimension: bucket" -> examples
         self.per_property: Counter[str] = Counter()
-        self.book = CaseBook(config.cases_dir, on_record=self.case_recorded)
+        self.book = CaseBook(config.cases_dir, on_record=self.case_recorded,
+                             fallbacks=fallback_folders(config.report), say=self.say)
+        self.historical_saved: set[str] = set()  # step_key of historical steps saved as cases
         self.errors: list[str] = []  # faults of the suite itself, reported by workers
         self.fatal: str | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
+        self.report_problem: str | None = None  # why the report file could not be written
         self.started = time.monotonic()
         self.started_wall = time.time()
         self.deadline = self.started + config.minutes * 60 if config.minutes else None
@@ -128,16 +138,13 @@ class Supervisor(MessageHandlers):
         """Make the run's temporary folder again if something deleted it (a
         temporary-file cleaner, a hand): a worker that starts opens its
         in-flight file there, and without the folder it could not run."""
-        if self.run_dir.is_dir():
-            return
-        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not self.run_dir_lost:
+        if remade(self.run_dir) and not self.run_dir_lost:
             self.run_dir_lost = True
-            self.console.print(
-                f"the run's temporary folder {self.run_dir} was deleted; made again (the "
-                "in-flight input of a worker already running is lost until it restarts)",
-                markup=False,
-            )
+            self.say(f"the run's temporary folder {self.run_dir} was deleted; made again (the "
+                     "in-flight input of a worker already running is lost until it restarts)")
+
+    def say(self, text: str, case=None) -> None:
+        say(self.console, text, case)
 
     def spawn(self, index: int) -> None:
         slot, stats = self.slots[index], self.stats[index]
@@ -154,11 +161,13 @@ class Supervisor(MessageHandlers):
         if self.config.device == "cuda" and self.config.gpu_count:
             gpu = gpu_for_worker(index, self.config.gpu_count)
         stats.gpu = gpu
-        slot.channel = self.context.Queue()
+        reading, writing = self.context.Pipe(duplex=False)
+        slot.channel = ChannelReader(reading)
         slot.process = self.context.Process(
             target=run_worker,
-            args=(index, slot.generation, self.config, slot.channel, self.stop,
-                  str(self.inflight_path(index)), budget, gpu, os.getpid(), dict(os.environ)),
+            args=(index, slot.generation, self.config, ChannelWriter(writing), self.stop,
+                  str(self.inflight_path(index)), budget, gpu, os.getpid(), dict(os.environ),
+                  frozenset(self.historical_saved)),
             name=f"c128a-fuzz-{index}",
             daemon=True,
         )
@@ -176,6 +185,7 @@ class Supervisor(MessageHandlers):
             slot.process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            writing.close()  # the worker has its copy: the channel ends when the worker does
         slot.spawned = slot.activity = time.monotonic()
         slot.ready = False
         stats.state = "starting"
@@ -184,7 +194,6 @@ class Supervisor(MessageHandlers):
         slot, stats = self.slots[index], self.stats[index]
         if slot.channel is not None:
             slot.channel.close()
-            slot.channel.cancel_join_thread()
         if stats.restarts >= self.config.max_restarts or self.stop.is_set():
             slot.finished = True
             stats.state = "gave up" if not self.stop.is_set() else "stopped"
@@ -192,35 +201,6 @@ class Supervisor(MessageHandlers):
         stats.restarts += 1
         slot.generation += 1
         self.spawn(index)
-
-    def inflight_record(self, index: int) -> InflightRecord | None:
-        return read_inflight(self.inflight_path(index))
-
-    def lost_input_case(self, index: int, kind: str, message: str) -> None:
-        """Keep what the worker was running when it died or hung as a case."""
-        record = self.inflight_record(index)
-        self.cut_short(index, f"the worker was lost ({kind})")
-        if record is None:
-            why = ("its in-flight input went with the run's temporary folder, deleted during "
-                   "the run" if self.run_dir_lost else "before its first example")
-            self.book.lost(kind, f"{message} ({why})")
-            return
-        if record.batch_problem:
-            self.errors.append(f"worker {index}'s in-flight input is malformed: "
-                               f"{record.batch_problem}")
-        self.book.record(case_from_inflight(
-            record, kind=kind, failure=message, target=self.config.target,
-            device=self.config.device, padding_rows=self.config.padding_rows,
-            steps=None if record.batch else "the serving-loop example running when the worker "
-            "was lost",
-        ))
-
-    def cut_short(self, index: int, why: str) -> None:
-        """A worker with an unshrunk failure ended: its last input tried goes
-        in the report with the case."""
-        if self.book.has_unshrunk(index):
-            record = self.inflight_record(index)
-            self.book.cut_short(index, why, last_tried=record.batch_json if record else None)
 
     def request_stop(self, grace: float | None = None) -> None:
         if grace is not None:
@@ -241,13 +221,28 @@ class Supervisor(MessageHandlers):
     def drain(self, index: int) -> None:
         """Handle what worker ``index`` sent, each message by its handler."""
         slot = self.slots[index]
-        while slot.channel is not None:
+        while slot.channel is not None and not slot.broken:
             try:
                 message = slot.channel.get_nowait()
-            except (queue_module.Empty, OSError, ValueError, EOFError):
+            except (queue_module.Empty, OSError):
+                return
+            except ChannelError as exc:
+                self.channel_broken(index, str(exc))
                 return
             slot.activity = time.monotonic()
             self.handle(index, message)
+
+    def channel_broken(self, index: int, problem: str) -> None:
+        """Worker ``index``'s channel holds what is not a message: an error of
+        the suite. Nothing past it can be read, so the worker ends (its
+        whole process group), and is not restarted."""
+        slot, stats = self.slots[index], self.stats[index]
+        slot.broken = True
+        self.errors.append(f"worker {index}'s channel is broken: {problem}; the worker was "
+                           "stopped, its messages cannot be read past it")
+        if slot.process is not None:
+            kill_group(slot.process)
+        slot.finished, stats.state = True, "channel broken"
 
     def check(self, index: int, now: float) -> None:
         slot, stats = self.slots[index], self.stats[index]
@@ -256,22 +251,19 @@ class Supervisor(MessageHandlers):
         process = slot.process
         if not process.is_alive():
             process.join()
+            kill_group(process)  # what the worker's code started and left running
             self.drain(index)
+            unfinished = getattr(slot.channel, "unfinished_frame", lambda: None)()
+            if unfinished and process.exitcode is not None and process.exitcode >= 0:
+                # It exited by itself, mid-frame: not a crash (a signal's cut is one).
+                self.channel_broken(index, unfinished)
             if slot.finished or self.fatal:
                 slot.finished = True
                 return
             if self.stopping_since is not None and process.exitcode == 0:
                 slot.finished, stats.state = True, "stopped"
                 return
-            code = process.exitcode
-            how = describe_signal(-code) if code and code < 0 else f"exit {code}"
-            if code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
-                how = "CUDA fault"
-            elif code == WORKER_INTERRUPTED_EXIT:
-                how = f"KeyboardInterrupt raised by the code it ran, exit {code}"
-            elif code == -signal.SIGKILL:  # the runner kills only hung workers (below)
-                how += (", not sent by the runner: the code it ran, another process, or the "
-                        "system's out-of-memory killer (see dmesg)")
+            how = self.how_it_died(index, process.exitcode)
             if not slot.ready:
                 # Dying before its first example is a setup problem: restarting repeats it.
                 self.fatal = f"worker {index} died during start-up ({how})"
@@ -289,7 +281,7 @@ class Supervisor(MessageHandlers):
             activity = slot.activity
         limit = self.config.example_timeout if slot.ready else STARTUP_TIMEOUT_S
         if now - activity > limit:
-            process.kill()
+            kill_group(process)
             process.join()
             stats.hangs += 1
             self.lost_input_case(
@@ -299,22 +291,12 @@ class Supervisor(MessageHandlers):
             )
             self.restart(index)
 
-    def died_of_cuda_fault(self, index: int) -> bool:
-        """Whether worker ``index``'s exit with :data:`CUDA_FAULT_EXIT` was its
-        own, after a CUDA fault: the worker writes the fault into its in-flight
-        record before it exits. A target may exit with the same status
-        (``sys.exit(3)``, on any device): that is a crash like any other exit.
-        (Not the device alone: the worker knows a CUDA fault by its message,
-        which a target on the CPU can raise too, and which the tests plant.)"""
-        record = self.inflight_record(index)
-        return bool(record and record.fault)
-
     def kill_the_rest(self) -> None:
         """The grace period is over: end the workers still running, keeping
         what each was doing."""
         for index, slot in enumerate(self.slots):
             if not slot.finished and slot.process is not None:
-                slot.process.kill()
+                kill_group(slot.process)
                 slot.process.join()
                 self.drain(index)
                 self.cut_short(index, "the worker was killed at the stop")
@@ -322,13 +304,16 @@ class Supervisor(MessageHandlers):
 
     # -- the run
 
-    def run(self) -> dict[str, Any]:
-        handled = STOP_SIGNALS
+    def run(self, signals: RunSignals | None = None) -> dict[str, Any]:
+        """The rounds, to the last worker's end; the report. A stop signal
+        meanwhile goes to :meth:`interrupt`, through ``signals`` when given."""
         previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {signum: signal.signal(signum, self.interrupt) for signum in handled}
+        if signals is not None:
+            signals.delegate = self.interrupt
+        elif threading.current_thread() is threading.main_thread():
+            previous = {signum: signal.signal(signum, self.interrupt) for signum in STOP_SIGNALS}
         live = self.config.live if self.config.live is not None else self.console.is_terminal
-        last_log = time.monotonic()
+        last_log = last_retry = time.monotonic()
         display = Live(render(self), console=self.console, refresh_per_second=4) if live else None
         try:
             for index in range(self.config.workers):
@@ -348,6 +333,9 @@ class Supervisor(MessageHandlers):
                 if self.stopping_since is not None and now - self.stopping_since > self.grace:
                     self.kill_the_rest()
                     break
+                if self.book.unwritten and now - last_retry >= RETRY_CASES_S:
+                    self.book.retry_unwritten()
+                    last_retry = now
                 if display:
                     display.update(render(self))
                 elif now - last_log >= 60:
@@ -358,43 +346,49 @@ class Supervisor(MessageHandlers):
             self.stop.set()
             for index, slot in enumerate(self.slots):
                 if slot.process is not None and slot.process.is_alive():
-                    slot.process.join(timeout=SIGNAL_GRACE_S)
+                    # Read while waiting: a worker blocks on a full channel.
+                    ends = time.monotonic() + SIGNAL_GRACE_S
+                    while slot.process.is_alive() and time.monotonic() < ends:
+                        self.drain(index)
+                        slot.process.join(POLL_INTERVAL_S)
                     if slot.process.is_alive():
-                        slot.process.kill()
+                        kill_group(slot.process)
                         slot.process.join()
                     self.drain(index)
                     self.cut_short(index, "the run ended")
+                if slot.process is not None:
+                    kill_group(slot.process)
             if display:
                 display.update(render(self))
                 display.stop()
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.book.retry_unwritten()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            if signals is not None:
+                signals.delegate = None
         return self.report()
 
     def report(self) -> dict[str, Any]:
         return build_report(self)
 
-def describe_signal(signum: int) -> str:
-    """``signal SIGKILL``; a signal without a name in :class:`signal.Signals`
-    (a real-time one) by its number and its place after SIGRTMIN, e.g.
-    ``signal 37, SIGRTMIN+3``."""
-    try:
-        return f"signal {signal.Signals(signum).name}"
-    except ValueError:
-        pass
-    first, last = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
-    if first is not None and last is not None and first < signum < last:
-        return f"signal {signum}, SIGRTMIN+{signum - first}"
-    return f"signal {signum}"
 
-
-def run_fuzz(config: FuzzConfig, console=None) -> dict[str, Any]:
+def run_fuzz(config: FuzzConfig, console=None, signals: RunSignals | None = None
+             ) -> dict[str, Any]:
     """Run the fuzzer with ``config``; the report (also written to
     ``config.report``, and summed up on the console). Every path is checked
-    first: a :class:`~c128a.failures.UsageError` before any worker starts."""
-    check_paths(config)
+    first: a :class:`~c128a.failures.UsageError` before any worker starts.
+    ``signals`` (held by the caller since its own start-up, else held here)
+    handle SIGINT, SIGTERM and SIGHUP in every phase (:mod:`.signals`): one
+    before the supervisor exists raises :class:`~.signals.RunInterrupted`
+    out of here, with nothing to report."""
     console = console or Console(stderr=True)
-    report = Supervisor(config, console).run()
-    finish(report, config, console)
-    return report
+    with contextlib.nullcontext(signals) if signals else RunSignals() as signals:
+        check_paths(config)
+        supervisor = Supervisor(config, console)
+        try:
+            supervisor.run(signals)
+            return end_run(supervisor, config, console, signals)
+        except RunInterrupted as stop:  # between the rounds' end and the report
+            shutil.rmtree(supervisor.run_dir, ignore_errors=True)
+            return end_interrupted(supervisor, config, console, signals, stop)

@@ -46,7 +46,7 @@ from ..cases import SERVING_LOOP, Case, atomic_write_json
 from ..gpus import share_cores
 from . import protocol
 from .config import FuzzConfig, derive_seed
-from .inflight import InflightFile, InflightRecord, case_from_inflight
+from .inflight import InflightFile, InflightRecord, case_from_inflight, step_key
 from .observe import FailureBlob, ProgressCounter
 
 CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
@@ -86,8 +86,10 @@ class StopRequested(BaseException):
 
 
 class Worker:
-    def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget):
+    def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget,
+                 skip_historical=frozenset()):
         self.index, self.generation, self.config = index, generation, config
+        self.skip_historical = skip_historical  # step_key of historical steps saved as cases
         self.channel, self.stop, self.inflight, self.budget = channel, stop, Path(inflight), budget
         self.inflight_file = InflightFile(self.inflight)
         self.device_name = use_device(config.device)
@@ -126,9 +128,13 @@ class Worker:
             return False
         return not self.stop.wait(RUN_STOP_WAIT_S)
 
-    def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None) -> None:
+    def write_inflight(self, name: str, seed: int, batch=None, examples: int | None = None,
+                       historical: bool = False) -> None:
         start = time.perf_counter()
-        self.inflight_file.write(self.record(name, seed, batch, examples).to_json())
+        record = self.record(name, seed, batch, examples)
+        if historical:
+            record = dataclasses.replace(record, historical=True)
+        self.inflight_file.write(record.to_json())
         self.timer.charge("inflight", time.perf_counter() - start)
 
     def record(self, name: str, seed: int, batch=None, examples: int | None = None
@@ -155,7 +161,6 @@ class Worker:
         atomic_write_json(self.inflight, record.to_json())
         self.progress.flush()
         self.channel.close()
-        self.channel.join_thread()
         os._exit(CUDA_FAULT_EXIT)
 
     def send(self, message: protocol.Message) -> None:
@@ -215,11 +220,19 @@ class Worker:
         blob = FailureBlob()
         historical = prop.name not in self.historical_done
         self.historical_done.add(prop.name)
+        # Hypothesis runs the explicit examples first: until the first
+        # generated step, a step that is one of them is historical.
+        explicit = list(prop.examples) if historical else []
 
         def around(batch, run) -> None:
             if self.stopping() and not failing:
                 raise StopRequested
-            self.write_inflight(prop.name, seed, batch)
+            is_historical = bool(explicit) and not failing and batch in explicit
+            if not is_historical:
+                explicit.clear()
+            elif step_key(prop.name, batch) in self.skip_historical:
+                return  # saved as a crash or hang case: it would end this worker again
+            self.write_inflight(prop.name, seed, batch, historical=is_historical)
             self.progress.count(prop.name, batch.labels, labels_of(batch, prop.reach))
             try:
                 if failing:  # shrinking: supervision

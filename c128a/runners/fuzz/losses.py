@@ -1,0 +1,78 @@
+"""What the supervisor keeps of a worker it loses: the input the worker
+was running, as a ``crash`` or ``hang`` case, and how the worker died.
+
+A mixin of :class:`~.supervisor.Supervisor` (as :class:`~.handlers.MessageHandlers`
+is): it reads the worker's in-flight file (:mod:`.inflight`) and records in
+the supervisor's case book, errors and set of historical steps saved. A
+historical step (a property's ``@example``, run in each worker's first
+round of it) on which a worker died or hung is saved once, and the
+restarted worker skips it: else every restart died on the same step.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from .inflight import InflightRecord, case_from_inflight, read_inflight, step_key
+from .process import WORKER_INTERRUPTED_EXIT
+from .signals import describe_signal
+from .worker import CUDA_FAULT_EXIT
+
+
+class LostWorkers:
+    """The :class:`~.supervisor.Supervisor`'s handling of workers that died,
+    hung or were cut short."""
+
+    def inflight_record(self, index: int) -> InflightRecord | None:
+        return read_inflight(self.inflight_path(index))
+
+    def lost_input_case(self, index: int, kind: str, message: str) -> None:
+        """Keep what the worker was running when it died or hung as a case."""
+        record = self.inflight_record(index)
+        self.cut_short(index, f"the worker was lost ({kind})")
+        if record is None:
+            why = ("its in-flight input went with the run's temporary folder, deleted during "
+                   "the run" if self.run_dir_lost else "before its first example")
+            self.book.lost(kind, f"{message} ({why})")
+            return
+        if record.batch_problem:
+            self.errors.append(f"worker {index}'s in-flight input is malformed: "
+                               f"{record.batch_problem}")
+        if record.historical and record.batch is not None:
+            # Restarted workers skip it: each would die on it again.
+            self.historical_saved.add(step_key(record.property, record.batch))
+        self.book.record(case_from_inflight(
+            record, kind=kind, failure=message, target=self.config.target,
+            device=self.config.device, padding_rows=self.config.padding_rows,
+            steps=None if record.batch else "the serving-loop example running when the worker "
+            "was lost",
+        ))
+
+    def cut_short(self, index: int, why: str) -> None:
+        """A worker with an unshrunk failure ended: its last input tried goes
+        in the report with the case."""
+        if self.book.has_unshrunk(index):
+            record = self.inflight_record(index)
+            self.book.cut_short(index, why, last_tried=record.batch_json if record else None)
+
+    def died_of_cuda_fault(self, index: int) -> bool:
+        """Whether worker ``index``'s exit with :data:`CUDA_FAULT_EXIT` was its
+        own, after a CUDA fault: the worker writes the fault into its in-flight
+        record before it exits. A target may exit with the same status
+        (``sys.exit(3)``, on any device): that is a crash like any other exit.
+        (Not the device alone: the worker knows a CUDA fault by its message,
+        which a target on the CPU can raise too, and which the tests plant.)"""
+        record = self.inflight_record(index)
+        return bool(record and record.fault)
+
+    def how_it_died(self, index: int, code: int | None) -> str:
+        """Worker ``index``'s end by exit status ``code``, in words."""
+        how = describe_signal(-code) if code and code < 0 else f"exit {code}"
+        if code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
+            how = "CUDA fault"
+        elif code == WORKER_INTERRUPTED_EXIT:
+            how = f"KeyboardInterrupt raised by the code it ran, exit {code}"
+        elif code == -signal.SIGKILL:  # the runner's own kills (a hang, the stop) end no crash
+            how += (", not sent by the runner: the code it ran, another process, or the "
+                    "system's out-of-memory killer (see dmesg)")
+        return how
