@@ -68,20 +68,39 @@ def strict_sentinels_line(on: bool, origin: str) -> str:
 
 
 def header_lines(
-    spec: str, origin: str, device: str, interpreter: bool, profile: str, unavailable: str | None
+    spec: str, origin: str, device: str, interpreter: bool, profile: str
 ) -> list[str]:
     """The report header, as plain ``key: value`` lines."""
     target = f"c128a target: {spec} (from {origin})"
-    if unavailable:
-        target += f" -- UNAVAILABLE, tests that need it skip: {unavailable}"
     device_line = f"c128a device: {device}" + (" (Triton interpreter)" if interpreter else "")
     return [target, device_line, f"c128a hypothesis profile: {profile}"]
 
 
-def padding_rows_line(variant: str | None, origin: str) -> str:
-    """Header line: the padding-row variant the target is held to, and why
-    (``variant`` None: the target is unavailable and no option names one)."""
-    return f"c128a padding rows: {variant or 'unknown'} ({origin})"
+def padding_rows_line(variant: str, origin: str) -> str:
+    """Header line: the padding-row variant the target is held to, and why."""
+    return f"c128a padding rows: {variant} ({origin})"
+
+
+def load_target_or_refuse(spec: str, origin: str, padding_rows: str | None):
+    """The target ``spec`` names, loaded; one that does not load (a bad spec,
+    a release that cannot be fetched or extracted, vLLM not importable) is a
+    usage error of the run, in one line naming the spec and why: a run that
+    cannot exercise its target checks nothing and must not pass. Raised in
+    ``pytest_configure``, so the controller of an xdist run refuses before
+    any worker starts."""
+    from c128a.failures import TargetSpecError, TargetUnavailable
+    from c128a.targets import load_target
+
+    try:
+        return load_target(spec, padding_rows)
+    except TargetSpecError as exc:
+        raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
+    except TargetUnavailable as exc:
+        message = " ".join(str(exc).split())  # one line, whatever pip printed
+        raise pytest.UsageError(
+            f"c128a: target {spec!r} (from {origin}) does not load, so the run would check "
+            f"nothing: {message}"
+        ) from exc
 
 
 def _device_choice(config: pytest.Config) -> str | None:
@@ -254,8 +273,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except DeviceError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
 
-    from c128a.failures import TargetSpecError, TargetUnavailable
-    from c128a.targets import load_target, resolve_padding_rows, resolve_spec
+    from c128a.failures import TargetSpecError
+    from c128a.targets import resolve_padding_rows, resolve_spec
 
     spec, origin = resolve_spec(config.getoption("c128a_target"))
     try:
@@ -264,13 +283,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
-    target, unavailable = None, None
-    try:
-        target = load_target(spec, padding_rows)
-    except TargetSpecError as exc:
-        raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
-    except TargetUnavailable as exc:
-        unavailable = str(exc)
+    target = load_target_or_refuse(spec, origin, padding_rows)
     strict_sentinels = resolve_strict_sentinels(
         config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
     )
@@ -285,12 +298,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "interpreter": interpreter_on(),
         "profile": profile,
         "target": target,
-        "unavailable": unavailable,
         # The override alone (None: the target's declaration), and the variant held to.
         "padding_rows": (padding_rows, padding_origin),
-        "padding_rows_line": padding_rows_line(
-            target.padding_rows if target is not None else padding_rows, padding_origin
-        ),
+        "padding_rows_line": padding_rows_line(target.padding_rows, padding_origin),
         "strict_sentinels": strict_sentinels,
         "pinned_gpu": pinned_gpu,
         "xdist_line": xdist_line,
@@ -307,7 +317,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["device"],
         state["interpreter"],
         state["profile"],
-        state["unavailable"],
     )
     # The padding-row variant right under the target it applies to.
     return [target_line, state["padding_rows_line"], *others] + [
@@ -364,11 +373,9 @@ def c128a_device(pytestconfig: pytest.Config):
 
 @pytest.fixture(scope="session")
 def c128a_target(pytestconfig: pytest.Config):
-    """The target under test; skips (with the import error) when unavailable."""
-    state = pytestconfig.stash[_state_key]
-    if state["target"] is None:
-        pytest.skip(f"target {state['spec']!r} unavailable: {state['unavailable']}")
-    return state["target"]
+    """The target under test (always loaded: one that does not load stops
+    the run before collection)."""
+    return pytestconfig.stash[_state_key]["target"]
 
 
 @pytest.fixture(scope="session")
