@@ -19,18 +19,23 @@ pytest_plugins = ("c128a.plugin.conformance_options",)  # --c128a-cases, --c128a
 DEVICE_ENV = options.DEVICE_ENV
 PADDING_ROWS_OPTION = options.PADDING_ROWS_OPTION.pytest
 XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
+HYPOTHESIS_STORAGE_ENV = "HYPOTHESIS_STORAGE_DIRECTORY"  # Hypothesis's own variable
 STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
     "consumers: pipeline tests: the views fed to the consumers an engine runs on them",
     "compile_keys: every launch's compile key among those its warm-up compiles",
+    "applies_to(predicate): a check only of the targets for which predicate(target) is true "
+    "(a check of the project's own code, which another target does not use); deselected for "
+    "the others, never skipped (a skipped check is one that did not run)",
     "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
     "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",
 )
 
 _state_key = pytest.StashKey[dict]()
+_collect_only_storage_key = pytest.StashKey[str | None]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -142,9 +147,19 @@ def pytest_configure_node(node) -> None:
         node.workerinput[scheduling.WORKER_INPUT_KEY] = True
 
 
+def checks_of_other_targets(target, items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items whose ``applies_to`` predicates exclude ``target``."""
+    return [item for item in items
+            if any(not marker.args[0](target) for marker in item.iter_markers("applies_to"))]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from c128a.plugin import scheduling
 
+    others = checks_of_other_targets(config.stash[_state_key]["target"], items)
+    if others:
+        items[:] = [item for item in items if item not in others]
+        config.hook.pytest_deselected(items=others)
     # Every worker sorts the same way, so their collections stay identical.
     if scheduling.worker_sorts(config):
         scheduling.order_longest_first(items, scheduling.cached_durations(config))
@@ -162,6 +177,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from c128a.runners.gpus import thaw_heap
 
     thaw_heap()
+    folder = config.stash.get(_collect_only_storage_key, None)
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(HYPOTHESIS_STORAGE_ENV, None)
 
 
 def xdist_worker(config) -> tuple[str, int] | None:
@@ -240,10 +261,27 @@ def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str
     return xdist_gpu_line(workers, visible_ids() or [str(i) for i in range(count)])
 
 
+def collect_only_storage(config: pytest.Config, env=os.environ) -> str | None:
+    """Under ``--co``, Hypothesis's storage in a temporary folder: collecting
+    writes its cache of the tests' constants, and a listing must leave
+    nothing in the folder it runs in (no ``.hypothesis/``). Returns the
+    folder (xdist workers inherit it), None otherwise or where
+    ``$HYPOTHESIS_STORAGE_DIRECTORY`` already names one."""
+    if not config.getoption("collectonly", False) or env.get(HYPOTHESIS_STORAGE_ENV):
+        return None
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="c128a-collect-only-hypothesis-")
+    env[HYPOTHESIS_STORAGE_ENV] = folder
+    return folder
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    # Before anything asks Hypothesis for its storage folder.
+    config.stash[_collect_only_storage_key] = collect_only_storage(config)
 
     from hypothesis import settings
 
@@ -347,14 +385,11 @@ def batch_invariant_lines() -> list[str]:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash[_state_key]
     if item.get_closest_marker("cuda") and state["device"] != "cuda":
+        from c128a.conformance.requirements import needs
         from c128a.targets.device import cuda_available
 
-        reason = (
-            "needs CUDA: running with --c128a-device=cpu"
-            if cuda_available()
-            else "needs CUDA: no GPU here (torch.cuda.is_available() is False)"
-        )
-        pytest.skip(reason)
+        pytest.skip(needs("CUDA", "running with --c128a-device=cpu" if cuda_available()
+                          else "no GPU here (torch.cuda.is_available() is False)"))
 
 
 @pytest.fixture(scope="session")
