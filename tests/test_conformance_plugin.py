@@ -277,6 +277,7 @@ def test_a_listed_check_that_did_not_run_fails_the_run(pytester):
     assert result.parseoutcomes()["failed"] == 1  # replay needs CUDA: not judged here
 
 
+@pytest.mark.slow
 def test_a_named_pipe_as_the_known_failures_file_is_refused(pytester):
     # Before: the run waited for a writer for ever.
     fifo = pytester.path / "known.fifo"
@@ -306,9 +307,10 @@ def test_a_case_whose_name_holds_a_colon_is_found_by_its_whole_name(tmp_path):
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("", "*c128a: --c128a-cases='' names no folder; name a folder of *.json cases*"),
-    ("a-file.json", "*c128a: --c128a-cases=a-file.json: */a-file.json is not a folder; name the "
-                    "folder that holds the *.json cases*"),
+    pytest.param("", "*c128a: --c128a-cases='' names no folder; name a folder of *.json cases*",
+                 id="empty"),
+    pytest.param("a-file.json", "*c128a: --c128a-cases=a-file.json: */a-file.json is not a "
+                                "folder; name the folder that holds the *.json cases*", id="file"),
 ])
 def test_a_cases_option_that_names_no_folder_is_a_usage_error(pytester, value, message):
     pytester.path.joinpath("a-file.json").write_text("{}")

@@ -92,8 +92,6 @@ def _wheel_without_the_builder(pytester) -> str:
                  "*vLLM 0.0.2: the package index has no vllm 0.0.2*", id="no-such-version-n2"),
     pytest.param("a wheel that does not extract", [],
                  "*vLLM 0.0.1: no file of vllm-0.0.1-*.whl defines*", id="bad-wheel"),
-    pytest.param("a wheel that does not extract", ["-n", "2"],
-                 "*vLLM 0.0.1: no file of*defines*", id="bad-wheel-n2"),
 ])
 def test_a_target_that_does_not_load_stops_the_run_in_one_line(pytester, monkeypatch, source,
                                                                xdist, why):
