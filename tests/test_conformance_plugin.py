@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from c128a.conformance import KEPT_CASES, check_names
+from c128a.conformance.regression_cases import UncheckableCase
 from c128a.failures import HarnessError
 from c128a.plugin import known_failures
 from c128a.plugin.known_failures import KnownFailuresError, read_known_failures
@@ -73,6 +74,9 @@ def test_only_a_failed_check_is_an_expected_failure():
         pytest.fail("still fails")
     assert known_failures.expected(failed)
     assert not known_failures.expected(info(HarnessError("the suite's own fault")))
+    with pytest.raises(UncheckableCase) as uncheckable:
+        raise UncheckableCase("case x.json cannot be replayed here")
+    assert not known_failures.expected(uncheckable)  # a fault of the case, not the target's
     assert not known_failures.expected(info(TypeError("a bug")))
     assert not known_failures.expected(None)
 
