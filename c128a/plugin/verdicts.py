@@ -197,6 +197,6 @@ class Verdicts:
             terminalreporter.write_line(line)
         if self.tally.unexcused() and self.allowed:
             terminalreporter.write_line(
-                f"  (allowed by {self.allowed_from}: the checks above did not run, and the run "
-                "passes without them)"
+                f"  (allowed by {self.allowed_from}: the checks above did not run, and do not "
+                "fail the run)"
             )
