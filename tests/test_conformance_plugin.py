@@ -329,3 +329,26 @@ def test_collecting_leaves_no_hypothesis_folder_behind(pytester):
                                            "--c128a-device=cpu", "-p", "no:cacheprovider", "--co")
     assert result.ret == pytest.ExitCode.OK
     assert not (pytester.path / ".hypothesis").exists()
+
+
+def test_checks_of_the_project_s_own_code_are_deselected_for_other_targets(pytester):
+    """Not skipped (a skip is a check that did not run): the project's own
+    bad-input checks, and the VLLM_BATCH_INVARIANT check of the project's
+    policy, are not checks of a target that brings its own policy."""
+    from c128a.checks import BAD_INPUTS
+
+    own = [case.name for case in BAD_INPUTS if not case.contract]
+    selection = ("--pyargs", "c128a.conformance.test_bad_input",
+                 "c128a.conformance.test_width_policy", "--c128a-device=cpu", "--co", "-q",
+                 "-p", "no:cacheprovider")
+    everything = pytester.runpytest(*selection, "--c128a-target=reference")
+    other = pytester.runpytest(*selection, f"--c128a-target={POLICY_MUTANT}")
+    assert own and everything.ret == other.ret == pytest.ExitCode.OK
+    listed = other.stdout.str()
+    assert "test_batch_invariant_mode_follows_environment" in everything.stdout.str()
+    assert "test_batch_invariant_mode_follows_environment" not in listed
+    assert not [name for name in own if f"test_rejects[{name}]" in listed]
+    assert all(f"test_rejects[{case.name}]" in listed for case in BAD_INPUTS if case.contract)
+    total = len(everything.stdout.lines) - 2  # less the blank line and the count
+    other.stdout.fnmatch_lines([f"{total - len(own) - 1}/{total} tests collected "
+                                f"({len(own) + 1} deselected)*"])

@@ -158,7 +158,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     others = checks_of_other_targets(config.stash[_state_key]["target"], items)
     if others:
-        items[:] = [item for item in items if item not in others]
+        excluded = set(others)
+        items[:] = [item for item in items if item not in excluded]
         config.hook.pytest_deselected(items=others)
     # Every worker sorts the same way, so their collections stay identical.
     if scheduling.worker_sorts(config):
