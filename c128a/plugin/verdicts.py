@@ -61,7 +61,7 @@ def skip_reason(report: pytest.TestReport) -> str:
 
 
 @dataclass
-class Outcome:
+class CheckOutcome:
     """One check's outcome as far as its reports so far tell."""
 
     name: str
@@ -70,18 +70,18 @@ class Outcome:
     reason: str = ""
 
 
-def outcome_of(report: pytest.TestReport, so_far: Outcome) -> Outcome:
+def outcome_of(report: pytest.TestReport, so_far: CheckOutcome) -> CheckOutcome:
     """``so_far`` updated with ``report``: a failure in any phase fails the
     check; a skip in set-up or in the call means it did not run (a skip with
     ``wasxfail`` is an expected failure, listed or declared)."""
     if so_far.verdict == FAILED:
         return so_far
     if report.failed:
-        return Outcome(so_far.name, so_far.shown, FAILED)
+        return CheckOutcome(so_far.name, so_far.shown, FAILED)
     if report.skipped and hasattr(report, "wasxfail"):
-        return Outcome(so_far.name, so_far.shown, EXPECTED, str(report.wasxfail))
+        return CheckOutcome(so_far.name, so_far.shown, EXPECTED, str(report.wasxfail))
     if report.skipped:
-        return Outcome(so_far.name, so_far.shown, NOT_RUN, skip_reason(report))
+        return CheckOutcome(so_far.name, so_far.shown, NOT_RUN, skip_reason(report))
     return so_far
 
 
@@ -89,25 +89,25 @@ def outcome_of(report: pytest.TestReport, so_far: Outcome) -> Outcome:
 class Tally:
     """The outcomes of the run's checks, by test id."""
 
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    outcomes: dict[str, CheckOutcome] = field(default_factory=dict)
 
     def add(self, nodeid: str, name: str, report: pytest.TestReport) -> None:
-        so_far = self.outcomes.get(nodeid) or Outcome(name, shown_id(report))
+        so_far = self.outcomes.get(nodeid) or CheckOutcome(name, shown_id(report))
         self.outcomes[nodeid] = outcome_of(report, so_far)
 
     def count(self, verdict: str) -> int:
         return sum(1 for o in self.outcomes.values() if o.verdict == verdict)
 
-    def not_run(self) -> dict[str, list[Outcome]]:
+    def not_run(self) -> dict[str, list[CheckOutcome]]:
         """{missing device or tool, or :data:`OTHER`: [outcome]}."""
-        groups: dict[str, list[Outcome]] = {}
+        groups: dict[str, list[CheckOutcome]] = {}
         for outcome in self.outcomes.values():
             if outcome.verdict == NOT_RUN:
                 group = missing_requirement(outcome.reason) or OTHER
                 groups.setdefault(group, []).append(outcome)
         return groups
 
-    def unexcused(self) -> list[Outcome]:
+    def unexcused(self) -> list[CheckOutcome]:
         """The checks that did not run for no missing device or tool."""
         return self.not_run().get(OTHER, [])
 
@@ -137,7 +137,7 @@ def not_run_lines(tally: Tally) -> list[str]:
     return lines
 
 
-def not_run_message(entries: list[Outcome], allow_option: str, allow_env: str) -> str:
+def not_run_message(entries: list[CheckOutcome], allow_option: str, allow_env: str) -> str:
     return (
         f"{len(entries)} check(s) of the target did not run, for a reason other than a missing "
         "device or tool; a check that did not run is not a pass:\n"
