@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .contract.padding_rows import PADDING_ROWS
+from .failures import UsageError
 
 TARGET_ENV = "C128A_TARGET"
 PADDING_ROWS_ENV = "C128A_PADDING_ROWS"
 DEVICE_ENV = "C128A_DEVICE"
+ALLOW_NOT_RUN_ENV = "C128A_ALLOW_NOT_RUN"
 DEFAULT_TARGET = "triton"
 DEVICES = ("cuda", "cpu")
 
@@ -56,6 +58,8 @@ class Option:
     when_unset: str | None = None
     """What applies when neither the option nor ``env`` names a value, where
     that is not simply ``default``."""
+    flag: bool = False
+    """An on/off switch: the option takes no value; ``env`` says 1 or 0."""
 
     @property
     def help_text(self) -> str:
@@ -121,6 +125,17 @@ MACHINE_OPTION = Option(
     help="serving-loop machine factory",
 )
 
+ALLOW_NOT_RUN_OPTION = Option(
+    dest="allow_not_run",
+    pytest="--c128a-allow-not-run",
+    env=ALLOW_NOT_RUN_ENV,
+    flag=True,
+    help="let a conformance run pass though checks of the target did not run for a reason "
+    "other than a missing device or tool (CUDA, compute-sanitizer); they are still counted "
+    "and named in the summary",
+    when_unset="off: such a check fails the run",
+)
+
 SHARED_OPTIONS = (
     TARGET_OPTION, PADDING_ROWS_OPTION, DEVICE_OPTION, CASES_DIR_OPTION, PROPERTIES_OPTION,
     MACHINE_OPTION,
@@ -146,6 +161,10 @@ def add_to_pytest(group, option: Option) -> None:
     """Add ``option`` to a pytest option ``group`` under its ``pytest`` name;
     its value is None when not given (the plugin reads ``env`` then)."""
     assert option.pytest is not None, f"{option.dest} has no pytest name"
+    if option.flag:
+        group.addoption(option.pytest, action="store_true", default=None, dest=option.dest,
+                        help=option.help_text)
+        return
     group.addoption(
         option.pytest,
         metavar=option.metavar,
@@ -153,3 +172,25 @@ def add_to_pytest(group, option: Option) -> None:
         default=None,
         help=option.help_text,
     )
+
+
+FLAG_ON = ("1", "true", "yes", "on")
+FLAG_OFF = ("0", "false", "no", "off")
+
+
+def resolve_flag(option: Option, given: bool | None, environ) -> tuple[bool, str]:
+    """(on, where it came from) of a flag option: given on the command line,
+    else its environment variable (1 or 0), else off. Any other value of the
+    variable is a :class:`~c128a.failures.UsageError` naming it."""
+    assert option.flag and option.env, f"{option.dest} is not a flag with a variable"
+    if given:
+        return True, option.pytest or option.cli or option.dest
+    raw = environ.get(option.env, "")
+    value = raw.strip().lower()
+    if not value:
+        return False, "default"
+    if value in FLAG_ON:
+        return True, f"${option.env}"
+    if value in FLAG_OFF:
+        return False, f"${option.env}"
+    raise UsageError(f"invalid value {raw!r} from ${option.env}; use 1 (on) or 0 (off)")

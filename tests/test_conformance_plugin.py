@@ -4,11 +4,15 @@ the known-failures file (``--c128a-known-failures``) and the
 
 from __future__ import annotations
 
+import json
+import os
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
 from c128a.conformance import KEPT_CASES, check_names
+from c128a.conformance.regression_cases import UncheckableCase
 from c128a.failures import HarnessError
 from c128a.plugin import known_failures
 from c128a.plugin.known_failures import KnownFailuresError, read_known_failures
@@ -70,6 +74,9 @@ def test_only_a_failed_check_is_an_expected_failure():
         pytest.fail("still fails")
     assert known_failures.expected(failed)
     assert not known_failures.expected(info(HarnessError("the suite's own fault")))
+    with pytest.raises(UncheckableCase) as uncheckable:
+        raise UncheckableCase("case x.json cannot be replayed here")
+    assert not known_failures.expected(uncheckable)  # a fault of the case, not the target's
     assert not known_failures.expected(info(TypeError("a bug")))
     assert not known_failures.expected(None)
 
@@ -159,3 +166,189 @@ def test_a_listed_check_that_passes_fails_the_run_under_xdist(pytester):
     tree = ElementTree.parse(pytester.path / "report.xml")
     failures = [case for case in tree.iter("testcase") if case.find("failure") is not None]
     assert [case.get("name") for case in failures] == ["width_policy"]
+
+
+# ---------------------------------------------------------------- verdicts of cases and files
+
+
+REGRESSIONS = ("--pyargs", "c128a.conformance.test_regressions", "--c128a-device=cpu",
+               "--c128a-target=reference", "-p", "no:randomly", "-p", "no:cacheprovider")
+
+
+def _case_folder(pytester, **cases: dict | bytes) -> Path:
+    """A folder of case files: each a kept case's JSON changed by ``cases[name]``
+    (a dict of fields to replace, None removing one), or raw bytes."""
+    folder = pytester.mkdir("cases")
+    kept = json.loads((KEPT_CASES / "matches_oracle-64469dd5424e.json").read_text())
+    for name, change in cases.items():
+        path = folder / name
+        if isinstance(change, bytes):
+            path.write_bytes(change)
+            continue
+        data = {**kept, **{k: v for k, v in change.items() if v is not None}}
+        for key in [k for k, v in change.items() if v is None]:
+            data.pop(key)
+        path.write_text(json.dumps(data))
+    return folder
+
+
+def _truncated_case() -> bytes:
+    text = (KEPT_CASES / "matches_oracle-64469dd5424e.json").read_bytes()
+    return text[: len(text) // 2]
+
+
+def test_a_listed_corrupt_case_is_an_error_not_an_expected_failure(pytester):
+    # Before: "1 failed as expected", exit 0, and the line could never go stale.
+    _case_folder(pytester, **{"truncated.json": _truncated_case()})
+    pytester.path.joinpath("known.txt").write_text("truncated.json: we know it fails\n")
+    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", "cases",
+                                "--c128a-known-failures", "known.txt", "-k", "truncated")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "malformed case, no verdict on the target: */cases/truncated.json: field '<file>': "
+        "not JSON: *",
+        "c128a known failures (known.txt): 1 listed, 0 failed as expected, 0 passed (stale), "
+        "1 not run",
+    ])
+    # The file named once in its failure: no chained copies of the message.
+    section = result.stdout.str().split("FAILURES")[1].split("c128a conformance")[0]
+    assert section.count("truncated.json: field") == 1, section
+
+
+def test_a_case_that_cannot_be_replayed_fails_naming_the_file(pytester):
+    # Before: skipped, exit 0 (c128a replay said CANNOT REPLAY, exit 2).
+    _case_folder(pytester, **{"no-batch.json": {"batch": None, "reproduce_blob": "garbage!!"}})
+    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", "cases", "-k", "no-batch")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "case */cases/no-batch.json cannot be replayed here, so it gives no verdict on the "
+        "target: the reproduce_blob cannot drive this test: *",
+        "Record it again (c128a fuzz) or remove it from its folder.",
+    ])
+
+
+def test_a_sanitizer_case_skips_on_the_cpu_for_want_of_cuda(pytester):
+    _case_folder(pytester, **{"memcheck.json": {"property": "sanitizer_memcheck"}})
+    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", "cases", "-k", "memcheck", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 0 checks ran: 0 passed, 0 failed, 0 expected failures; 1 not run "
+        "(CUDA: 1)",
+        "  not run (CUDA missing): memcheck.json",
+        "SKIPPED * needs CUDA: a sanitizer_memcheck case replays on a GPU only (device cpu)",
+    ])
+
+
+LISTED_CHECKS = """
+import pytest
+
+@pytest.mark.conformance("compile_keys")
+def test_cannot_run_on_this_target():
+    pytest.skip("target t launches nothing through a keyed launcher")
+
+@pytest.mark.conformance("replay")
+@pytest.mark.cuda
+def test_needs_cuda():
+    raise AssertionError("must not run on the CPU")
+
+@pytest.mark.conformance("rejects_bad_input")
+def test_declares_its_failure():
+    pytest.xfail("the target declares validates_input=False")
+"""
+
+
+def test_a_listed_check_that_did_not_run_fails_the_run(pytester):
+    # Before: the run was green, the line counted "not run" and never judged.
+    pytester.makepyfile(test_listed=LISTED_CHECKS)
+    pytester.path.joinpath("known.txt").write_text(
+        "compile_keys: no keyed launchers\nreplay: fails on a GPU\n"
+        "rejects_bad_input: checks with assert\n"
+    )
+    result = pytester.runpytest("--c128a-device=cpu", "--c128a-target=reference", "-p",
+                                "no:randomly", "--c128a-known-failures", "known.txt",
+                                "--c128a-allow-not-run")  # only the listed line fails the run
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*known.txt:1 lists 'compile_keys' as a known failure (no keyed launchers), but it did "
+        "not run: 1 test(s) skipped, none failed or passed, so the line cannot be judged.*",
+        "  skipped: *test_cannot_run_on_this_target: target t launches nothing*",
+        "c128a known failures (known.txt): 3 listed, 1 failed as expected, 0 passed (stale), "
+        "2 not run (1 of them skipped, which fails the run)",
+        "FAILED known.txt::compile_keys - known.txt:1 lists 'compile_keys'*",
+    ])
+    assert result.parseoutcomes()["failed"] == 1  # replay needs CUDA: not judged here
+
+
+@pytest.mark.slow
+def test_a_named_pipe_as_the_known_failures_file_is_refused(pytester):
+    # Before: the run waited for a writer for ever.
+    fifo = pytester.path / "known.fifo"
+    os.mkfifo(fifo)
+    result = pytester.runpytest_subprocess(*REGRESSIONS, "--c128a-known-failures", "known.fifo",
+                                           "--co", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*c128a: --c128a-known-failures: *known.fifo is a named pipe "
+                                 "(FIFO), not a regular file; name a regular file*"])
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path):
+    path = tmp_path / "known.txt"
+    path.write_bytes("padding: slot ids, not -1\n".encode("utf-8-sig"))
+    assert list(read_known_failures(path, NAMES)) == ["padding"]
+
+
+def test_a_case_whose_name_holds_a_colon_is_found_by_its_whole_name(tmp_path):
+    path = tmp_path / "known.txt"
+    path.write_text("matches_oracle-a:b.json: a case named with a colon\n"
+                    "padding: slot ids: not -1\n")
+    listed = read_known_failures(path, known_failures.known_names(["matches_oracle-a:b.json"]))
+    assert {name: e.reason for name, e in listed.items()} == {
+        "matches_oracle-a:b.json": "a case named with a colon",
+        "padding": "slot ids: not -1",
+    }
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    pytest.param("", "*c128a: --c128a-cases='' names no folder; name a folder of *.json cases*",
+                 id="empty"),
+    pytest.param("a-file.json", "*c128a: --c128a-cases=a-file.json: */a-file.json is not a "
+                                "folder; name the folder that holds the *.json cases*", id="file"),
+])
+def test_a_cases_option_that_names_no_folder_is_a_usage_error(pytester, value, message):
+    pytester.path.joinpath("a-file.json").write_text("{}")
+    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", value, "--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+@pytest.mark.slow
+def test_collecting_leaves_no_hypothesis_folder_behind(pytester):
+    result = pytester.runpytest_subprocess("--pyargs", "c128a.conformance.test_width_policy",
+                                           "--c128a-device=cpu", "-p", "no:cacheprovider", "--co")
+    assert result.ret == pytest.ExitCode.OK
+    assert not (pytester.path / ".hypothesis").exists()
+
+
+def test_checks_of_the_project_s_own_code_are_deselected_for_other_targets(pytester):
+    """Not skipped (a skip is a check that did not run): the project's own
+    bad-input checks, and the VLLM_BATCH_INVARIANT check of the project's
+    policy, are not checks of a target that brings its own policy."""
+    from c128a.checks import BAD_INPUTS
+
+    own = [case.name for case in BAD_INPUTS if not case.contract]
+    selection = ("--pyargs", "c128a.conformance.test_bad_input",
+                 "c128a.conformance.test_width_policy", "--c128a-device=cpu", "--co", "-q",
+                 "-p", "no:cacheprovider")
+    everything = pytester.runpytest(*selection, "--c128a-target=reference")
+    other = pytester.runpytest(*selection, f"--c128a-target={POLICY_MUTANT}")
+    assert own and everything.ret == other.ret == pytest.ExitCode.OK
+    listed = other.stdout.str()
+    assert "test_batch_invariant_mode_follows_environment" in everything.stdout.str()
+    assert "test_batch_invariant_mode_follows_environment" not in listed
+    assert not [name for name in own if f"test_rejects[{name}]" in listed]
+    assert all(f"test_rejects[{case.name}]" in listed for case in BAD_INPUTS if case.contract)
+    total = len(everything.stdout.lines) - 2  # less the blank line and the count
+    other.stdout.fnmatch_lines([f"{total - len(own) - 1}/{total} tests collected "
+                                f"({len(own) + 1} deselected)*"])

@@ -4,31 +4,36 @@ memory nothing wrote (a block-table entry the contract does not let a build
 read), over the contract's historical steps and drawn ones, each at its
 width and at full width (:func:`c128a.runners.sanitizer.run_sanitizer`, the
 same child ``c128a sanitize`` runs). Skips where ``compute-sanitizer`` is
-not found (``$C128A_COMPUTE_SANITIZER`` names it).
+not found (``$C128A_COMPUTE_SANITIZER`` names it): a missing tool, which
+the run can stand (:mod:`c128a.conformance.requirements`).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from c128a.conformance.requirements import needs
 from c128a.failures import HarnessError
 from c128a.runners import sanitizer
 
 EXAMPLES = 10  # drawn steps besides the historical ones, seed 0: the same every run
 
 
-def _sanitizer_here() -> str | None:
+def _sanitizer_missing() -> str | None:
+    """Why compute-sanitizer cannot run here (None: it can)."""
     try:
-        return sanitizer.find_sanitizer()
-    except sanitizer.SanitizerUnavailable:
-        return None
+        sanitizer.find_sanitizer()
+    except sanitizer.SanitizerUnavailable as exc:
+        return str(exc)
+    return None
 
 
 # One tool per test: each is a child process under the tool, and side by
 # side they take the time of the longest.
 @pytest.mark.slow
 @pytest.mark.cuda
-@pytest.mark.skipif(_sanitizer_here() is None, reason="compute-sanitizer not installed")
+@pytest.mark.skipif(_sanitizer_missing() is not None,
+                    reason=needs("compute-sanitizer", _sanitizer_missing() or ""))
 @pytest.mark.parametrize("tool", [
     pytest.param(tool, marks=pytest.mark.conformance(sanitizer.PROPERTY_PREFIX + tool))
     for tool in sanitizer.TOOLS

@@ -1,7 +1,9 @@
 """The options of a conformance run (``pytest --pyargs c128a.conformance``):
-the folders of regression cases (``--c128a-cases``, besides the kept ones)
-and the known-failures file (``--c128a-known-failures``,
-:mod:`c128a.plugin.known_failures`), with the ``conformance`` marker.
+the folders of regression cases (``--c128a-cases``, besides the kept ones),
+the known-failures file (``--c128a-known-failures``,
+:mod:`c128a.plugin.known_failures`) and ``--c128a-allow-not-run``
+(:mod:`c128a.plugin.verdicts`, which also prints the run's verdict), with
+the ``conformance`` marker.
 
 Registered by :mod:`c128a.plugin.pytest_plugin` (its ``pytest_plugins``), so
 a kernel repository's rootdir, with no ini file of its own, gets them too.
@@ -9,9 +11,12 @@ a kernel repository's rootdir, with no ini file of its own, gets them too.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from c128a import options
 
 CASES_OPTION = "--c128a-cases"
 KNOWN_FAILURES_OPTION = "--c128a-known-failures"
@@ -42,6 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="expect the properties and cases FILE lists (one 'NAME: reason' a line) to fail: "
         "their failures are reported as xfailed, and a listed one that passes fails the run",
     )
+    options.add_to_pytest(group, options.ALLOW_NOT_RUN_OPTION)
 
 
 def case_folders_line(folders: list[tuple[str, Path]], counts: list[int]) -> str:
@@ -52,11 +58,32 @@ def case_folders_line(folders: list[tuple[str, Path]], counts: list[int]) -> str
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", CONFORMANCE_MARKER)
+    from c128a.failures import UsageError
+    from c128a.plugin import verdicts
+
+    try:
+        allow_not_run = options.resolve_flag(
+            options.ALLOW_NOT_RUN_OPTION, config.getoption("allow_not_run"), os.environ
+        )
+    except UsageError as exc:
+        raise pytest.UsageError(f"c128a: {exc}") from None
+    config.pluginmanager.register(verdicts.Verdicts(config, allow_not_run), verdicts.PLUGIN_NAME)
     from c128a.conformance import case_folders
     from c128a.runners.cases import case_files
 
-    folders = case_folders(config.getoption("c128a_cases"), config.invocation_params.dir)
+    added = config.getoption("c128a_cases")
+    if any(not name.strip() for name in added):
+        raise pytest.UsageError(
+            f"c128a: {CASES_OPTION}='' names no folder; name a folder of *.json cases "
+            "(. for the folder pytest runs in)"
+        )
+    folders = case_folders(added, config.invocation_params.dir)
     for label, path in folders[1:]:
+        if path.exists() and not path.is_dir():
+            raise pytest.UsageError(
+                f"c128a: {CASES_OPTION}={label}: {path} is not a folder; name the folder that "
+                "holds the *.json cases"
+            )
         if not path.is_dir():
             raise pytest.UsageError(
                 f"c128a: {CASES_OPTION}={label}: no such folder ({path})"

@@ -9,17 +9,23 @@ The file lists one property or regression case a line, with the reason::
     matches_oracle-b839eb151f69.json: the kept packed-stride case
 
 A name is one the ``conformance`` marker carries: a property
-(:func:`c128a.conformance.check_names`) or a case file's name. Blank lines
-and lines starting with ``#`` are comments. A line without a reason, a name
-given twice or a name that no check and no case has is a usage error naming
-the file and the line.
+(:func:`c128a.conformance.check_names`) or a case file's name; a case file
+whose name holds a colon is found by its whole name (``a:b.json: reason``).
+Blank lines and lines starting with ``#`` are comments; a UTF-8 byte-order
+mark is ignored. A line without a reason, a name given twice or a name that
+no check and no case has is a usage error naming the file and the line; so
+is a path that is not a regular file (a FIFO would block the run for ever).
 
 A listed check's failing tests are reported as xfailed with the reason (only
 a failed assertion: a fault of the suite or an error in set-up stays an
-error). A listed check none of whose tests failed, though at least one ran
-and passed, fails the run with one failed report per such line: the file
-cannot go stale silently. A check whose tests were all deselected or
-skipped is not judged.
+error; a test that declares itself an expected failure counts too). A
+listed check none of whose tests failed, though at least one ran and
+passed, fails the run with one failed report per such line: the file
+cannot go stale silently. So does a listed check whose tests were all
+skipped for a reason other than a missing device or tool
+(:mod:`c128a.conformance.requirements`): it did not run, so the file's
+claim cannot be judged. A check whose tests were all deselected, or that
+needs a device or tool missing here, is not judged.
 """
 
 from __future__ import annotations
@@ -29,11 +35,14 @@ from pathlib import Path
 
 import pytest
 
+from c128a.plugin.verdicts import skip_reason
+
 PLUGIN_NAME = "c128a-known-failures"
 REPORT_KEY = "c128a_known_failure"
-"""Attribute of a test's call report: {"line": the file's line naming its
-check, "hit": whether its failure was expected}; xdist carries it to the
-controller with the report."""
+"""Attribute of a test's call report, or of its set-up report when that
+skipped: {"line": the file's line naming its check, "hit": whether its
+failure was expected, "skipped": the reason when it did not run}; xdist
+carries it to the controller with the report."""
 
 
 SHOWN_PASSES = 3  # passed tests a stale line's report names
@@ -56,10 +65,27 @@ def known_names(case_names: list[str]) -> set[str]:
     return {*check_names(), *case_names}
 
 
+def split_line(line: str, names: set[str]) -> tuple[str, str, str]:
+    """(name, colon, reason) of a stripped ``NAME: reason`` line: NAME is
+    the longest of ``names`` the line starts with, followed by a colon (a
+    case file's name may hold one), else all before the first colon."""
+    for name in sorted(names, key=len, reverse=True):
+        rest = line[len(name):].lstrip() if line.startswith(name) else ""
+        if rest.startswith(":"):
+            return name, ":", rest[1:].strip()
+    name, colon, reason = line.partition(":")
+    return name.strip(), colon, reason.strip()
+
+
 def read_known_failures(path: Path, names: set[str]) -> dict[str, KnownFailure]:
     """{name: entry} of the file at ``path``; every name must be in ``names``."""
+    from c128a.runners.cases import regular_file_problem
+
+    # Looked at before opening it: opening a FIFO waits for a writer for ever.
+    if path.exists() and (problem := regular_file_problem(path)) is not None:
+        raise KnownFailuresError(f"{path} {problem}")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a BOM some editors write is not a name
     except (OSError, UnicodeDecodeError) as exc:
         raise KnownFailuresError(f"cannot read {path}: {exc}") from None
     listed: dict[str, KnownFailure] = {}
@@ -67,7 +93,7 @@ def read_known_failures(path: Path, names: set[str]) -> dict[str, KnownFailure]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        name, colon, reason = (part.strip() for part in line.partition(":"))
+        name, colon, reason = split_line(line, names)
         where = f"{path}:{number}"
         if not colon or not name or not reason:
             raise KnownFailuresError(
@@ -112,6 +138,7 @@ class KnownFailures:
         self.by_line = {entry.line: entry for entry in listed.values()}
         self.hits: dict[int, int] = {}
         self.passes: dict[int, list[str]] = {}
+        self.skips: dict[int, list[tuple[str, str]]] = {}
         self.in_worker = hasattr(config, "workerinput")
 
     def entry_of(self, item: pytest.Item) -> KnownFailure | None:
@@ -122,29 +149,43 @@ class KnownFailures:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
         entry = self.entry_of(item)
-        if entry is None or call.when != "call":
+        if entry is None or not (call.when == "call" or (call.when == "setup" and report.skipped)):
             return report
-        hit = report.failed and expected(call.excinfo)
-        if hit:
+        declared = report.skipped and hasattr(report, "wasxfail")  # pytest.xfail, a marker
+        hit = declared or (report.failed and expected(call.excinfo))
+        if hit and not declared:
             report.outcome = "skipped"
             report.wasxfail = f"known failure ({self.path}:{entry.line}): {entry.reason}"
-        setattr(report, REPORT_KEY, {"line": entry.line, "hit": hit})
+        skipped = skip_reason(report) if report.skipped and not hit else None
+        setattr(report, REPORT_KEY, {"line": entry.line, "hit": hit, "skipped": skipped})
         return report
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         known = getattr(report, REPORT_KEY, None)
-        if self.in_worker or not known or report.when != "call":
+        if self.in_worker or not known or report.when not in ("setup", "call"):
             return
         if known["hit"]:
             self.hits[known["line"]] = self.hits.get(known["line"], 0) + 1
         elif report.passed:
             self.passes.setdefault(known["line"], []).append(report.nodeid)
+        elif known.get("skipped") is not None:
+            self.skips.setdefault(known["line"], []).append((report.nodeid, known["skipped"]))
 
     def stale(self) -> list[tuple[KnownFailure, list[str]]]:
         """The listed checks that passed: no expected failure, a pass."""
         return [(self.by_line[line], nodeids) for line, nodeids in sorted(self.passes.items())
                 if not self.hits.get(line)]
+
+    def not_run(self) -> list[tuple[KnownFailure, list[tuple[str, str]]]]:
+        """The listed checks that did not run: none of their tests failed or
+        passed, and some skipped for no missing device or tool."""
+        from c128a.conformance.requirements import missing_requirement
+
+        judged = [(line, [(n, why) for n, why in skips if missing_requirement(why) is None])
+                  for line, skips in sorted(self.skips.items())
+                  if not self.hits.get(line) and line not in self.passes]
+        return [(self.by_line[line], skips) for line, skips in judged if skips]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session):
@@ -153,6 +194,8 @@ class KnownFailures:
             return result
         for entry, nodeids in self.stale():
             self._report_stale(session, entry, nodeids)
+        for entry, skips in self.not_run():
+            self._report_not_run(session, entry, skips)
         return result
 
     def _report_stale(self, session: pytest.Session, entry: KnownFailure, nodeids) -> None:
@@ -163,6 +206,20 @@ class KnownFailures:
             + "\n".join(f"  passed: {nodeid}" for nodeid in nodeids[:SHOWN_PASSES])
             + (f"\n  and {len(nodeids) - SHOWN_PASSES} more" if len(nodeids) > SHOWN_PASSES else "")
         )
+        self._report_failed(session, entry, message)
+
+    def _report_not_run(self, session: pytest.Session, entry: KnownFailure, skips) -> None:
+        where = f"{self.path}:{entry.line}"
+        message = (
+            f"{where} lists {entry.name!r} as a known failure ({entry.reason}), but it did not "
+            f"run: {len(skips)} test(s) skipped, none failed or passed, so the line cannot be "
+            "judged. Make it run here, or run the file where it does.\n"
+            + "\n".join(f"  skipped: {nodeid}: {why}" for nodeid, why in skips[:SHOWN_PASSES])
+            + (f"\n  and {len(skips) - SHOWN_PASSES} more" if len(skips) > SHOWN_PASSES else "")
+        )
+        self._report_failed(session, entry, message)
+
+    def _report_failed(self, session: pytest.Session, entry: KnownFailure, message: str) -> None:
         nodeid = f"{self.path}::{entry.name}"
         for when, outcome, longrepr in (("call", "failed", message), ("teardown", "passed", None)):
             report = pytest.TestReport(
@@ -181,7 +238,9 @@ class KnownFailures:
             "not run": sum(1 for line in self.by_line
                            if not self.hits.get(line) and line not in self.passes),
         }
+        unjudged = len(self.not_run())
         terminalreporter.write_line(
             f"c128a known failures ({self.path}): {len(self.listed)} listed, "
             + ", ".join(f"{count} {what}" for what, count in counts.items())
+            + (f" ({unjudged} of them skipped, which fails the run)" if unjudged else "")
         )

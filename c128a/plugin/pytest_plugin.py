@@ -19,18 +19,23 @@ pytest_plugins = ("c128a.plugin.conformance_options",)  # --c128a-cases, --c128a
 DEVICE_ENV = options.DEVICE_ENV
 PADDING_ROWS_OPTION = options.PADDING_ROWS_OPTION.pytest
 XDIST_GPU_COUNT_ENV = "C128A_XDIST_GPU_COUNT"  # set by the controller for its workers
+HYPOTHESIS_STORAGE_ENV = "HYPOTHESIS_STORAGE_DIRECTORY"  # Hypothesis's own variable
 STRICT_SENTINELS_ENV = "C128A_STRICT_SENTINELS"
 MARKERS = (
     "cuda: needs a CUDA GPU (--c128a-device=cuda); skipped elsewhere with the reason",
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
     "consumers: pipeline tests: the views fed to the consumers an engine runs on them",
     "compile_keys: every launch's compile key among those its warm-up compiles",
+    "applies_to(predicate): a check only of the targets for which predicate(target) is true "
+    "(a check of the project's own code, which another target does not use); deselected for "
+    "the others, never skipped (a skipped check is one that did not run)",
     "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
     "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",
 )
 
 _state_key = pytest.StashKey[dict]()
+_collect_only_storage_key = pytest.StashKey[str | None]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,20 +73,39 @@ def strict_sentinels_line(on: bool, origin: str) -> str:
 
 
 def header_lines(
-    spec: str, origin: str, device: str, interpreter: bool, profile: str, unavailable: str | None
+    spec: str, origin: str, device: str, interpreter: bool, profile: str
 ) -> list[str]:
     """The report header, as plain ``key: value`` lines."""
     target = f"c128a target: {spec} (from {origin})"
-    if unavailable:
-        target += f" -- UNAVAILABLE, tests that need it skip: {unavailable}"
     device_line = f"c128a device: {device}" + (" (Triton interpreter)" if interpreter else "")
     return [target, device_line, f"c128a hypothesis profile: {profile}"]
 
 
-def padding_rows_line(variant: str | None, origin: str) -> str:
-    """Header line: the padding-row variant the target is held to, and why
-    (``variant`` None: the target is unavailable and no option names one)."""
-    return f"c128a padding rows: {variant or 'unknown'} ({origin})"
+def padding_rows_line(variant: str, origin: str) -> str:
+    """Header line: the padding-row variant the target is held to, and why."""
+    return f"c128a padding rows: {variant} ({origin})"
+
+
+def load_target_or_refuse(spec: str, origin: str, padding_rows: str | None):
+    """The target ``spec`` names, loaded; one that does not load (a bad spec,
+    a release that cannot be fetched or extracted, vLLM not importable) is a
+    usage error of the run, in one line naming the spec and why: a run that
+    cannot exercise its target checks nothing and must not pass. Raised in
+    ``pytest_configure``, so the controller of an xdist run refuses before
+    any worker starts."""
+    from c128a.failures import TargetSpecError, TargetUnavailable
+    from c128a.targets import load_target
+
+    try:
+        return load_target(spec, padding_rows)
+    except TargetSpecError as exc:
+        raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
+    except TargetUnavailable as exc:
+        message = " ".join(str(exc).split())  # one line, whatever pip printed
+        raise pytest.UsageError(
+            f"c128a: target {spec!r} (from {origin}) does not load, so the run would check "
+            f"nothing: {message}"
+        ) from exc
 
 
 def _device_choice(config: pytest.Config) -> str | None:
@@ -123,9 +147,20 @@ def pytest_configure_node(node) -> None:
         node.workerinput[scheduling.WORKER_INPUT_KEY] = True
 
 
+def checks_of_other_targets(target, items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items whose ``applies_to`` predicates exclude ``target``."""
+    return [item for item in items
+            if any(not marker.args[0](target) for marker in item.iter_markers("applies_to"))]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from c128a.plugin import scheduling
 
+    others = checks_of_other_targets(config.stash[_state_key]["target"], items)
+    if others:
+        excluded = set(others)
+        items[:] = [item for item in items if item not in excluded]
+        config.hook.pytest_deselected(items=others)
     # Every worker sorts the same way, so their collections stay identical.
     if scheduling.worker_sorts(config):
         scheduling.order_longest_first(items, scheduling.cached_durations(config))
@@ -143,6 +178,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from c128a.runners.gpus import thaw_heap
 
     thaw_heap()
+    folder = config.stash.get(_collect_only_storage_key, None)
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(HYPOTHESIS_STORAGE_ENV, None)
 
 
 def xdist_worker(config) -> tuple[str, int] | None:
@@ -221,10 +262,27 @@ def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str
     return xdist_gpu_line(workers, visible_ids() or [str(i) for i in range(count)])
 
 
+def collect_only_storage(config: pytest.Config, env=os.environ) -> str | None:
+    """Under ``--co``, Hypothesis's storage in a temporary folder: collecting
+    writes its cache of the tests' constants, and a listing must leave
+    nothing in the folder it runs in (no ``.hypothesis/``). Returns the
+    folder (xdist workers inherit it), None otherwise or where
+    ``$HYPOTHESIS_STORAGE_DIRECTORY`` already names one."""
+    if not config.getoption("collectonly", False) or env.get(HYPOTHESIS_STORAGE_ENV):
+        return None
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="c128a-collect-only-hypothesis-")
+    env[HYPOTHESIS_STORAGE_ENV] = folder
+    return folder
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    # Before anything asks Hypothesis for its storage folder.
+    config.stash[_collect_only_storage_key] = collect_only_storage(config)
 
     from hypothesis import settings
 
@@ -254,8 +312,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except DeviceError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
 
-    from c128a.failures import TargetSpecError, TargetUnavailable
-    from c128a.targets import load_target, resolve_padding_rows, resolve_spec
+    from c128a.failures import TargetSpecError
+    from c128a.targets import resolve_padding_rows, resolve_spec
 
     spec, origin = resolve_spec(config.getoption("c128a_target"))
     try:
@@ -264,13 +322,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
-    target, unavailable = None, None
-    try:
-        target = load_target(spec, padding_rows)
-    except TargetSpecError as exc:
-        raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
-    except TargetUnavailable as exc:
-        unavailable = str(exc)
+    target = load_target_or_refuse(spec, origin, padding_rows)
     strict_sentinels = resolve_strict_sentinels(
         config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
     )
@@ -285,12 +337,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "interpreter": interpreter_on(),
         "profile": profile,
         "target": target,
-        "unavailable": unavailable,
         # The override alone (None: the target's declaration), and the variant held to.
         "padding_rows": (padding_rows, padding_origin),
-        "padding_rows_line": padding_rows_line(
-            target.padding_rows if target is not None else padding_rows, padding_origin
-        ),
+        "padding_rows_line": padding_rows_line(target.padding_rows, padding_origin),
         "strict_sentinels": strict_sentinels,
         "pinned_gpu": pinned_gpu,
         "xdist_line": xdist_line,
@@ -307,7 +356,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["device"],
         state["interpreter"],
         state["profile"],
-        state["unavailable"],
     )
     # The padding-row variant right under the target it applies to.
     return [target_line, state["padding_rows_line"], *others] + [
@@ -338,14 +386,11 @@ def batch_invariant_lines() -> list[str]:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash[_state_key]
     if item.get_closest_marker("cuda") and state["device"] != "cuda":
+        from c128a.conformance.requirements import needs
         from c128a.targets.device import cuda_available
 
-        reason = (
-            "needs CUDA: running with --c128a-device=cpu"
-            if cuda_available()
-            else "needs CUDA: no GPU here (torch.cuda.is_available() is False)"
-        )
-        pytest.skip(reason)
+        pytest.skip(needs("CUDA", "running with --c128a-device=cpu" if cuda_available()
+                          else "no GPU here (torch.cuda.is_available() is False)"))
 
 
 @pytest.fixture(scope="session")
@@ -364,11 +409,9 @@ def c128a_device(pytestconfig: pytest.Config):
 
 @pytest.fixture(scope="session")
 def c128a_target(pytestconfig: pytest.Config):
-    """The target under test; skips (with the import error) when unavailable."""
-    state = pytestconfig.stash[_state_key]
-    if state["target"] is None:
-        pytest.skip(f"target {state['spec']!r} unavailable: {state['unavailable']}")
-    return state["target"]
+    """The target under test (always loaded: one that does not load stops
+    the run before collection)."""
+    return pytestconfig.stash[_state_key]["target"]
 
 
 @pytest.fixture(scope="session")

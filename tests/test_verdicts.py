@@ -1,0 +1,157 @@
+"""The verdict of a conformance run (:mod:`c128a.plugin.verdicts`): what
+ran, passed, failed, was expected to fail and did not run, and a check that
+did not run for no missing device or tool failing the run unless allowed.
+
+A stand-in conformance module holds one check of each outcome, so that
+each run takes a second; one run uses the real ``test_consumers`` module."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from c128a.conformance.requirements import missing_requirement, needs
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
+
+CHECKS = """
+import pytest
+
+@pytest.mark.conformance("views")
+def test_passes():
+    pass
+
+@pytest.mark.conformance("padding")
+def test_fails():
+    assert False, "the target's failure"
+
+@pytest.mark.conformance("rejects_bad_input")
+def test_declares_its_failure():
+    pytest.xfail("the target declares validates_input=False")
+
+@pytest.mark.conformance("replay")
+@pytest.mark.cuda
+def test_needs_cuda():
+    raise AssertionError("must not run on the CPU")
+
+@pytest.mark.conformance("compile_keys")
+def test_cannot_run_on_this_target():
+    pytest.skip("target t launches nothing through a keyed launcher")
+
+def test_not_a_check():
+    pytest.skip("the suite's own test, not a check of the target")
+"""
+NOT_RUN_LINE = ("  not run: test_checks.py::test_cannot_run_on_this_target (compile_keys): "
+                "target t launches nothing through a keyed launcher")
+
+
+def _run(pytester, *args, subprocess=False):
+    pytester.makepyfile(test_checks=CHECKS)
+    common = ("--c128a-device=cpu", "--c128a-target=reference", "-p", "no:randomly",
+              "-p", "no:cacheprovider")
+    if subprocess:
+        return pytester.runpytest_subprocess(*common, *args)
+    return pytester.runpytest(*common, *args)
+
+
+def test_only_a_missing_device_or_tool_excuses_a_skip():
+    assert missing_requirement(needs("CUDA", "no GPU here")) == "CUDA"
+    assert missing_requirement(needs("compute-sanitizer", "not found")) == "compute-sanitizer"
+    assert missing_requirement("target t names no jit_functions") is None
+    assert missing_requirement("needs a consumer: gone") is None
+    with pytest.raises(ValueError, match="requirement='a consumer' is not a device or tool"):
+        needs("a consumer", "the release lacks it")
+
+
+def test_the_summary_counts_each_outcome_and_names_what_did_not_run(pytester):
+    result = _run(pytester, "-k", "not test_fails")
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 2 checks ran: 1 passed, 0 failed, 1 expected failures; 2 not run "
+        "(CUDA: 1, other reasons: 1)",
+        "  not run (CUDA missing): replay",
+        NOT_RUN_LINE,
+    ])
+
+
+def test_a_check_that_did_not_run_fails_the_run(pytester):
+    # Before: a skipped check was a green run (exit 0) with nothing said.
+    result = _run(pytester, "-k", "not test_fails", "--junitxml", "report.xml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*1 check(s) of the target did not run, for a reason other than a missing device or "
+        "tool; a check that did not run is not a pass:",
+        "  test_checks.py::test_cannot_run_on_this_target (compile_keys): target t launches "
+        "nothing through a keyed launcher",
+        "Make them run, deselect them (-k, -m), or allow it with --c128a-allow-not-run "
+        "($C128A_ALLOW_NOT_RUN=1).",
+        "FAILED c128a::not_run - 1 check(s) of the target did not run*",
+    ])
+    outcomes = result.parseoutcomes()
+    assert (outcomes["failed"], outcomes["passed"], outcomes["skipped"]) == (1, 1, 3)
+    tree = ElementTree.parse(pytester.path / "report.xml")
+    failures = [case.get("name") for case in tree.iter("testcase")
+                if case.find("failure") is not None]
+    assert failures == ["not_run"]
+
+
+@pytest.mark.parametrize("how", [["--c128a-allow-not-run"], ["env"]], ids=["option", "env"])
+def test_a_check_that_did_not_run_is_allowed_only_when_asked(pytester, monkeypatch, how):
+    if how == ["env"]:
+        monkeypatch.setenv("C128A_ALLOW_NOT_RUN", "1")
+        how = []
+    result = _run(pytester, "-k", "not test_fails", *how)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 2 checks ran: 1 passed, 0 failed, 1 expected failures; 2 not run "
+        "(CUDA: 1, other reasons: 1)",
+        NOT_RUN_LINE,
+        "  (allowed by *: the checks above did not run, and do not fail the run)",
+    ])
+
+
+def test_a_missing_device_alone_does_not_fail_the_run(pytester):
+    result = _run(pytester, "-k", "passes or cuda")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 1 checks ran: 1 passed, 0 failed, 0 expected failures; 1 not run "
+        "(CUDA: 1)",
+    ])
+    assert "c128a::not_run" not in result.stdout.str()
+
+
+def test_a_bad_allow_value_is_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("C128A_ALLOW_NOT_RUN", "perhaps")
+    result = _run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*c128a: invalid value 'perhaps' from $C128A_ALLOW_NOT_RUN; "
+                                 "use 1 (on) or 0 (off)*"])
+
+
+@pytest.mark.slow
+def test_the_verdict_is_the_same_under_xdist(pytester):
+    result = _run(pytester, "-n", "2", subprocess=True)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 3 checks ran: 1 passed, 1 failed, 1 expected failures; 2 not run "
+        "(CUDA: 1, other reasons: 1)",
+        NOT_RUN_LINE,
+    ])
+    assert result.parseoutcomes()["failed"] == 2  # test_fails, and the check that did not run
+
+
+@pytest.mark.slow
+def test_a_conformance_check_the_target_cannot_run_is_not_run(pytester):
+    """The real module: the reference target has no keyed launchers, so the
+    serving loop's compile keys cannot be checked on it."""
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "c128a.conformance.test_consumers", "--c128a-device=cpu",
+        "--c128a-target=reference", "-k", "compile_keys_over", "-p", "no:randomly",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 0 checks ran: 0 passed, 0 failed, 0 expected failures; 1 not run "
+        "(other reasons: 1)",
+        "  not run: test_consumers.py::test_compile_keys_over_the_serving_loop (compile_keys): "
+        "target reference launches nothing through a keyed launcher*",
+    ])
