@@ -35,7 +35,7 @@ from c128a.runners.reach import (
 )
 from c128a.strategies import batches
 from c128a.strategies.budget import CPU_BUDGET, size_budget
-from c128a.strategies.reach import DIMENSIONS, ONE_BUILD, beyond_budget, expected
+from c128a.strategies.reach import DIMENSIONS, HISTORY, ONE_BUILD, beyond_budget, expected
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -114,7 +114,9 @@ def test_each_property_names_only_dimensions_that_exist():
         for dimension, buckets in prop.reach.items():
             known = next(d for d in DIMENSIONS if d.name == dimension).buckets
             assert buckets is None or set(buckets) <= set(known), (prop.name, dimension)
-    assert set(expected(ONE_BUILD)) == names - {"width history"}
+    assert set(expected(ONE_BUILD)) == names - set(HISTORY)
+    assert HISTORY == ("width history", "decode rows history", "prefill rows history",
+                       "tokens history", "layout history", "geometry history")
 
 
 def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
@@ -125,3 +127,33 @@ def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
     shown = (tmp_path / "out").read_text()
     assert "tokens T" in shown and "1: 7" in shown and "above 8,192: 0" in shown
     assert all(d.name in shown for d in DIMENSIONS)
+
+
+SERVING_LOOP_REACH = ci_settings(8)
+"""The serving loop's draws for its reach: a few runs (each step builds)."""
+
+
+def test_the_serving_loop_reaches_every_history_bucket():
+    """The serving loop's steps, against the build before each (the loop's
+    own last step, or another layer's of another shape), reach every bucket
+    of every history dimension. Built with the reference builder and no
+    checks: the reach is the draws'."""
+    from collections import Counter
+
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from c128a.replay import build_machine
+    from c128a.strategies.reach import BY_NAME, parse_label
+    from c128a.targets import load_target
+
+    labels: Counter = Counter()
+    machine = build_machine(load_target("reference"), "cpu", check_invariants=False,
+                            check_window=False, on_reach=labels.update)
+    run_state_machine_as_test(machine, settings=settings(SERVING_LOOP_REACH,
+                                                         stateful_step_count=20))
+    drawn = {parse_label(label) for label in labels}
+    missing = [(name, bucket) for name in HISTORY for bucket in BY_NAME[name].buckets
+               if (name, bucket) not in drawn]
+    assert not missing, missing_text({("serving_loop", "cpu"): missing},
+                                     "8 derandomised runs of 20 steps")

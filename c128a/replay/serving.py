@@ -16,11 +16,16 @@ new tokens prefilled ``chunk`` at a time); advance a request by 1..8 accepted
 tokens; finish a request (its pages return to the pool); reallocate a
 request's pages (preemption and recompute: same positions, new block-table
 entries, reused pages first); jump a request to another context length, so
-that W crosses powers of two up and down.
+that W crosses powers of two up and down; run a step right after another
+layer's step of another shape used the same buffers (``batch.prior``: other
+decode and prefill rows, past one 64-row block, another R and
+B, its buffers swapped or from a row offset, at another width), which
+:meth:`c128a.replay.ReplayHarness.run_step` builds first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
@@ -30,11 +35,14 @@ from hypothesis import event, note
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
 
 from ..checks import check_step
+from ..checks.prior_shape import describe
 from ..checks.compile_keys import check_compile_keys
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
-from ..strategies.reach import BY_NAME, WIDTH_HISTORY
+from ..contract import policy
+from ..strategies.reach import BY_NAME, SHAPE_HISTORY, WIDTH_HISTORY
+from ..strategies.shape_history import OTHER_BLOCK_SIZES, OTHER_RATIOS, ROW_BLOCK
 from ..failures import ContractViolation, HarnessError
-from ..step import Batch, StepRequest, assemble_batch
+from ..step import Batch, PriorStep, StepRequest, assemble_batch
 from .harness import ReplayHarness
 
 DEFAULT_MAX_MODEL_LEN = {
@@ -45,6 +53,12 @@ MAX_REQUESTS = 4
 MAX_QUERY_TOKENS = MAX_QUERY_TOKENS_PER_DECODE  # one token plus up to 7 accepted drafts
 CAPTURE_LIMIT = 16  # decode: MAX_QUERY_TOKENS + (MAX_REQUESTS - 1); prefill: MAX_REQUESTS * 4
 TABLE_PADDING = -7  # block-table entries past a request's pages (never read)
+HISTORY_ROWS = ROW_BLOCK + 8
+"""Rows of the engine's buffers: another layer's step may fill more than
+one 64-row block of them (the loop's own steps fill at most CAPTURE_LIMIT)."""
+MAX_OTHER_LAYER_STEPS = 2
+"""Steps after another layer's in one run: each builds that layer's step
+too, up to 144 tokens (a few tenths of a second under Triton's interpreter)."""
 
 
 WIDTH_HISTORY_DIMENSION = BY_NAME[WIDTH_HISTORY]
@@ -133,13 +147,16 @@ def build_machine(
     check_window: bool = True,
     max_model_len: int | None = None,
     on_step=None,
+    on_reach=None,
 ):
     """:func:`serving_loop_machine` with knobs for the suite's own tests:
     ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
     and ``check_window=False`` skips the index-window comparison, so that a
     test can show which replay check catches a fault on its own;
     ``on_step(batch, description)``, where given, sees each step before it
-    is built (the compile-key check, :mod:`c128a.checks.compile_keys`).
+    is built (the compile-key check, :mod:`c128a.checks.compile_keys`);
+    ``on_reach(labels)``, where given, sees the reach labels each step
+    reports with ``event()`` (:mod:`c128a.strategies.reach`).
     ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
 
     The engine is captured once per machine class; each run starts from the
@@ -172,6 +189,7 @@ def build_machine(
                     max_model_len=max_model_len,
                     kv_slots=num_pages * block_size,
                     capture_limit=CAPTURE_LIMIT,
+                    buffer_rows=HISTORY_ROWS,
                     block_size=block_size,
                     build_step=build_step,
                     strict_sentinels=strict_sentinels,
@@ -190,6 +208,8 @@ def build_machine(
             self.live: list[Request] = []
             self.admitted = 0
             self.last_width: int | None = None
+            self.last_built: PriorStep | None = None  # the shape of the last build
+            self.other_layer_steps = 0
             self.width_changes = 0
             self.largest_drop = 0
 
@@ -245,6 +265,37 @@ def build_machine(
             self._cover(request, context)
             self._step(f"jump r{request.number} to {context}")
 
+        @precondition(lambda self: self.other_layer_steps < MAX_OTHER_LAYER_STEPS)
+        @rule(
+            decode=st.integers(0, HISTORY_ROWS),
+            prefill=st.integers(0, HISTORY_ROWS),
+            geometry=st.sampled_from(("same", "ratio", "block", "both")),
+            placement=st.sampled_from(("same", "swapped", "row offset")),
+            width=st.integers(0, 1 << 16),
+            pick=st.integers(0, 1 << 16),
+        )
+        def step_after_another_layer(self, decode, prefill, geometry, placement, width, pick):
+            """One step right after another layer's step through the same
+            buffers: other rows, R and B, placement and width."""
+            self.other_layer_steps += 1
+            ratio = COMPRESS_RATIO
+            if geometry in ("ratio", "both"):
+                others = [r for r in OTHER_RATIOS if r != ratio]
+                ratio = others[pick % len(others)]
+            block = block_size
+            if geometry in ("block", "both"):
+                others = [b for b in OTHER_BLOCK_SIZES if b != block]
+                block = others[(pick >> 4) % len(others)]
+            offset = 0
+            if placement == "row offset":
+                offset = 1 + pick % max(HISTORY_ROWS - max(decode, prefill), 1)
+            offset = min(offset, HISTORY_ROWS - max(decode, prefill))
+            prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
+                              row_offset=offset)
+            widths = policy.reachable_widths(self.harness.capacity)
+            self._step(f"after another layer: {describe(prior)}", prior=prior,
+                       prior_width=widths[width % len(widths)])
+
         def teardown(self):
             hypothesis.target(float(self.width_changes), label="width changes")
             hypothesis.target(float(self.largest_drop), label="largest width drop (log2)")
@@ -257,7 +308,8 @@ def build_machine(
             if needed > 0:
                 request.pages.extend(self.pool.take(needed))
 
-        def _step(self, cause: str, speculative: dict[int, int] | None = None) -> None:
+        def _step(self, cause: str, speculative: dict[int, int] | None = None, *,
+                  prior: PriorStep | None = None, prior_width: int = 0) -> None:
             speculative = speculative or {}
             decode, prefill = [], []  # (request, query tokens)
             for request in self.live:
@@ -277,11 +329,14 @@ def build_machine(
                 self._cover(request, request.length + count)
 
             batch = self.harness.pad(self._batch(decode, prefill))
+            if prior is not None:
+                batch = dataclasses.replace(batch, prior=prior, prior_width=prior_width)
             description = f"[{cause}] " + self._describe(batch, decode, prefill)
             note(description)
             if on_step is not None:
                 on_step(batch, description)
             outcome = self.harness.run_step(batch)
+            self._observe_shape(batch)  # against the last build: before _observe moves on
             self._observe(outcome)
 
             for request, count in decode:
@@ -328,16 +383,34 @@ def build_machine(
                 + (f"; {padding} padding token(s)" if padding else "")
             )
 
+        def _report(self, label: str) -> None:
+            event(label)
+            if on_reach is not None:
+                on_reach([label])
+
+        def _observe_shape(self, batch: Batch) -> None:
+            """The reach's history (c128a.strategies.reach): this step against
+            the step built before it into the same buffers (another layer's,
+            or the loop's own last step)."""
+            earlier_width = batch.earlier_width if batch.prior is not None else self.last_width
+            if earlier_width is not None:
+                self._report(WIDTH_HISTORY_DIMENSION.label(
+                    "same W" if batch.width == earlier_width
+                    else "wider than the last build" if batch.width > earlier_width
+                    else "narrower than the last build"))
+            if batch.prior is None and self.last_built is not None:
+                batch = dataclasses.replace(batch, prior=self.last_built)
+            if batch.prior is not None:
+                for dimension in SHAPE_HISTORY:
+                    bucket = dimension.bucket_of(batch)
+                    if bucket is not None:
+                        self._report(dimension.label(bucket))
+            self.last_built = PriorStep(batch.num_decode_tokens, batch.num_prefill_tokens,
+                                        batch.compress_ratio, batch.block_size)
+
         def _observe(self, outcome) -> None:
             width = outcome.width
             event(f"W={width}")
-            if self.last_width is not None:
-                # The reach's width history (c128a.strategies.reach): this
-                # step against the one built before it into the same buffers.
-                event(WIDTH_HISTORY_DIMENSION.label(
-                    "same W" if width == self.last_width
-                    else "wider than the last build" if width > self.last_width
-                    else "narrower than the last build"))
             if self.last_width is not None and width != self.last_width:
                 self.width_changes += 1
                 if width < self.last_width:
