@@ -18,8 +18,8 @@ request's pages (preemption and recompute: same positions, new block-table
 entries, reused pages first); jump a request to another context length, so
 that W crosses powers of two up and down; run a step right after another
 layer's step of another shape used the same buffers (``batch.prior``: other
-decode and prefill rows, past one 64-row block, another R and
-B, its buffers swapped or from a row offset, at another width), which
+decode and prefill rows up to the buffers' rows, another R and B, its
+buffers swapped or from a row offset, at another width), which
 :meth:`c128a.replay.ReplayHarness.run_step` builds first.
 """
 
@@ -53,12 +53,14 @@ MAX_REQUESTS = 4
 MAX_QUERY_TOKENS = MAX_QUERY_TOKENS_PER_DECODE  # one token plus up to 7 accepted drafts
 CAPTURE_LIMIT = 16  # decode: MAX_QUERY_TOKENS + (MAX_REQUESTS - 1); prefill: MAX_REQUESTS * 4
 TABLE_PADDING = -7  # block-table entries past a request's pages (never read)
-HISTORY_ROWS = ROW_BLOCK + 8
-"""Rows of the engine's buffers: another layer's step may fill more than
-one 64-row block of them (the loop's own steps fill at most CAPTURE_LIMIT)."""
+ACROSS_A_BLOCK_ROWS = ROW_BLOCK + 8
+"""Engine buffer rows (``build_machine(buffer_rows=...)``) with which
+another layer's step may fill more than one 64-row block. Every step
+checks and copies the whole buffers, so a step costs about that much
+more: the default is the CAPTURE_LIMIT rows the loop's own steps fill."""
 MAX_OTHER_LAYER_STEPS = 2
 """Steps after another layer's in one run: each builds that layer's step
-too, up to 144 tokens (a few tenths of a second under Triton's interpreter)."""
+too (up to twice the buffers' rows in tokens)."""
 
 
 WIDTH_HISTORY_DIMENSION = BY_NAME[WIDTH_HISTORY]
@@ -148,6 +150,7 @@ def build_machine(
     max_model_len: int | None = None,
     on_step=None,
     on_reach=None,
+    buffer_rows: int = CAPTURE_LIMIT,
 ):
     """:func:`serving_loop_machine` with knobs for the suite's own tests:
     ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
@@ -156,7 +159,9 @@ def build_machine(
     ``on_step(batch, description)``, where given, sees each step before it
     is built (the compile-key check, :mod:`c128a.checks.compile_keys`);
     ``on_reach(labels)``, where given, sees the reach labels each step
-    reports with ``event()`` (:mod:`c128a.strategies.reach`).
+    reports with ``event()`` (:mod:`c128a.strategies.reach`);
+    ``buffer_rows`` sizes the engine's buffers, which another layer's step
+    fills up to (:data:`ACROSS_A_BLOCK_ROWS` and more: past a 64-row block).
     ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
 
     The engine is captured once per machine class; each run starts from the
@@ -189,7 +194,7 @@ def build_machine(
                     max_model_len=max_model_len,
                     kv_slots=num_pages * block_size,
                     capture_limit=CAPTURE_LIMIT,
-                    buffer_rows=HISTORY_ROWS,
+                    buffer_rows=buffer_rows,
                     block_size=block_size,
                     build_step=build_step,
                     strict_sentinels=strict_sentinels,
@@ -267,8 +272,8 @@ def build_machine(
 
         @precondition(lambda self: self.other_layer_steps < MAX_OTHER_LAYER_STEPS)
         @rule(
-            decode=st.integers(0, HISTORY_ROWS),
-            prefill=st.integers(0, HISTORY_ROWS),
+            decode=st.integers(0, buffer_rows),
+            prefill=st.integers(0, buffer_rows),
             geometry=st.sampled_from(("same", "ratio", "block", "both")),
             placement=st.sampled_from(("same", "swapped", "row offset")),
             width=st.integers(0, 1 << 16),
@@ -288,8 +293,8 @@ def build_machine(
                 block = others[(pick >> 4) % len(others)]
             offset = 0
             if placement == "row offset":
-                offset = 1 + pick % max(HISTORY_ROWS - max(decode, prefill), 1)
-            offset = min(offset, HISTORY_ROWS - max(decode, prefill))
+                offset = 1 + pick % max(buffer_rows - max(decode, prefill), 1)
+            offset = min(offset, buffer_rows - max(decode, prefill))
             prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
                               row_offset=offset)
             widths = policy.reachable_widths(self.harness.capacity)
