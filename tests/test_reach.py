@@ -134,7 +134,8 @@ SERVING_LOOP_REACH = ci_settings(8)
 
 
 def test_the_serving_loop_reaches_every_history_bucket():
-    """The serving loop's steps, against the build before each (the loop's
+    """The serving loop's steps (as serving_loop_machine draws them: with
+    steps after another layer's), against the build before each (the loop's
     own last step, or another layer's of another shape), reach every bucket
     of every history dimension. Built with the reference builder and no
     checks: the reach is the draws'."""
@@ -144,12 +145,14 @@ def test_the_serving_loop_reaches_every_history_bucket():
     from hypothesis.stateful import run_state_machine_as_test
 
     from c128a.replay import build_machine
+    from c128a.replay.serving import MAX_OTHER_LAYER_STEPS
     from c128a.strategies.reach import BY_NAME, parse_label
     from c128a.targets import load_target
 
     labels: Counter = Counter()
     machine = build_machine(load_target("reference"), "cpu", check_invariants=False,
-                            check_window=False, on_reach=labels.update)
+                            check_window=False, on_reach=labels.update,
+                            other_layer_steps=MAX_OTHER_LAYER_STEPS)
     run_state_machine_as_test(machine, settings=settings(SERVING_LOOP_REACH,
                                                          stateful_step_count=20))
     drawn = {parse_label(label) for label in labels}

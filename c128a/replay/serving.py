@@ -135,9 +135,12 @@ def serving_loop_machine(target, device, *, strict_sentinels: bool = False):
     Run it with ``hypothesis.stateful.run_state_machine_as_test(machine,
     settings=...)`` or expose ``machine.TestCase`` to pytest. With
     ``strict_sentinels`` the opt-in stale-sentinel check raises
-    :class:`~c128a.failures.StaleSentinelHazard` when it trips.
+    :class:`~c128a.failures.StaleSentinelHazard` when it trips. Up to
+    :data:`MAX_OTHER_LAYER_STEPS` steps a run follow another layer's step
+    of another shape.
     """
-    return build_machine(target, device, strict_sentinels=strict_sentinels)
+    return build_machine(target, device, strict_sentinels=strict_sentinels,
+                         other_layer_steps=MAX_OTHER_LAYER_STEPS)
 
 
 def build_machine(
@@ -151,6 +154,7 @@ def build_machine(
     on_step=None,
     on_reach=None,
     buffer_rows: int = CAPTURE_LIMIT,
+    other_layer_steps: int = 0,
 ):
     """:func:`serving_loop_machine` with knobs for the suite's own tests:
     ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
@@ -160,8 +164,11 @@ def build_machine(
     is built (the compile-key check, :mod:`c128a.checks.compile_keys`);
     ``on_reach(labels)``, where given, sees the reach labels each step
     reports with ``event()`` (:mod:`c128a.strategies.reach`);
-    ``buffer_rows`` sizes the engine's buffers, which another layer's step
-    fills up to (:data:`ACROSS_A_BLOCK_ROWS` and more: past a 64-row block).
+    ``other_layer_steps`` is how many steps a run may take right after
+    another layer's step of another shape (none: the machine has no such
+    rule, and draws as it did before it had one), and ``buffer_rows`` sizes
+    the engine's buffers, which that layer's step fills up to
+    (:data:`ACROSS_A_BLOCK_ROWS` and more: past a 64-row block).
     ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
 
     The engine is captured once per machine class; each run starts from the
@@ -270,15 +277,6 @@ def build_machine(
             self._cover(request, context)
             self._step(f"jump r{request.number} to {context}")
 
-        @precondition(lambda self: self.other_layer_steps < MAX_OTHER_LAYER_STEPS)
-        @rule(
-            decode=st.integers(0, buffer_rows),
-            prefill=st.integers(0, buffer_rows),
-            geometry=st.sampled_from(("same", "ratio", "block", "both")),
-            placement=st.sampled_from(("same", "swapped", "row offset")),
-            width=st.integers(0, 1 << 16),
-            pick=st.integers(0, 1 << 16),
-        )
         def step_after_another_layer(self, decode, prefill, geometry, placement, width, pick):
             """One step right after another layer's step through the same
             buffers: other rows, R and B, placement and width."""
@@ -300,6 +298,20 @@ def build_machine(
             widths = policy.reachable_widths(self.harness.capacity)
             self._step(f"after another layer: {describe(prior)}", prior=prior,
                        prior_width=widths[width % len(widths)])
+
+        if other_layer_steps:
+            # A rule only where asked for: another rule changes how every
+            # run is drawn and shrunk, even where its precondition fails.
+            step_after_another_layer = precondition(
+                lambda self: self.other_layer_steps < other_layer_steps
+            )(rule(
+                decode=st.integers(0, buffer_rows),
+                prefill=st.integers(0, buffer_rows),
+                geometry=st.sampled_from(("same", "ratio", "block", "both")),
+                placement=st.sampled_from(("same", "swapped", "row offset")),
+                width=st.integers(0, 1 << 16),
+                pick=st.integers(0, 1 << 16),
+            )(step_after_another_layer))
 
         def teardown(self):
             hypothesis.target(float(self.width_changes), label="width changes")
