@@ -40,7 +40,7 @@ from c128a.runners.reach import (
 )
 from c128a.strategies import batches
 from c128a.strategies.budget import CPU_BUDGET, size_budget
-from c128a.strategies.reach import DIMENSIONS, ONE_BUILD, beyond_budget, expected
+from c128a.strategies.reach import DIMENSIONS, HISTORY, ONE_BUILD, beyond_budget, expected
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -121,7 +121,9 @@ def test_each_property_names_only_dimensions_that_exist():
         for dimension, buckets in prop.reach.items():
             known = next(d for d in DIMENSIONS if d.name == dimension).buckets
             assert buckets is None or set(buckets) <= set(known), (prop.name, dimension)
-    assert set(expected(ONE_BUILD)) == names - {"width history"}
+    assert set(expected(ONE_BUILD)) == names - set(HISTORY)
+    assert HISTORY == ("width history", "decode rows history", "prefill rows history",
+                       "tokens history", "layout history", "geometry history")
 
 
 def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
@@ -238,3 +240,36 @@ def test_update_readme_replaces_only_the_marked_text_and_keeps_the_mode(tmp_path
     assert readme.read_text() == OLD_README.replace("the old table", "the new table")
     assert readme.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
+
+
+SERVING_LOOP_REACH = ci_settings(8)
+"""The serving loop's draws for its reach: a few runs (each step builds)."""
+
+
+def test_the_serving_loop_reaches_every_history_bucket():
+    """The serving loop's steps (as serving_loop_machine draws them: with
+    steps after another layer's), against the build before each (the loop's
+    own last step, or another layer's of another shape), reach every bucket
+    of every history dimension. Built with the reference builder and no
+    checks: the reach is the draws'."""
+    from collections import Counter
+
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from c128a.replay import build_machine
+    from c128a.replay.serving import MAX_OTHER_LAYER_STEPS
+    from c128a.strategies.reach import BY_NAME, parse_label
+    from c128a.targets import load_target
+
+    labels: Counter = Counter()
+    machine = build_machine(load_target("reference"), "cpu", check_invariants=False,
+                            check_window=False, on_reach=labels.update,
+                            other_layer_steps=MAX_OTHER_LAYER_STEPS)
+    run_state_machine_as_test(machine, settings=settings(SERVING_LOOP_REACH,
+                                                         stateful_step_count=20))
+    drawn = {parse_label(label) for label in labels}
+    missing = [(name, bucket) for name in HISTORY for bucket in BY_NAME[name].buckets
+               if (name, bucket) not in drawn]
+    assert not missing, missing_text({("serving_loop", "cpu"): missing},
+                                     "8 derandomised runs of 20 steps")

@@ -9,7 +9,10 @@ poisoned buffers, where such a shortcut cannot show. This check builds one
 step again and again into ONE allocation, each time after giving that memory
 other contents, and compares the written region with the oracle each time.
 
-The prior contents are a pure function of the step (:func:`earlier_step`,
+The earlier step may have another shape (other row counts, R and B, another
+placement in the memory: the :class:`~c128a.step.PriorStep` a step records,
+:mod:`.prior_shape`). The prior contents are a pure function of the step
+(:func:`earlier_step`, :func:`~.prior_shape.shaped_earlier_step`,
 :func:`fill_seed`), so a failing step saved as JSON replays exactly, without
 Hypothesis: the property's input stays a single :class:`~c128a.step.Batch`.
 """
@@ -25,6 +28,7 @@ import torch
 from ..failures import HarnessError, InvariantViolation
 from ..step import POISON, Batch, Buffers, build
 from .one_build import check_matches_oracle, decode_width, expected_result
+from .prior_shape import describe, earlier_buffers, shaped_earlier_step
 
 NAME = "history_independent"
 
@@ -92,6 +96,7 @@ def earlier_step(batch: Batch) -> Batch:
         slot_mapping=slots + tuple(batch.slot_mapping[t:]),
         width=width,
         prior_width=0,
+        prior=None,
         labels=("earlier step",),
     )
 
@@ -153,10 +158,15 @@ def check_history_independent(
     ``decode_lens`` rows < D; in the buffers and in the returned views) equals
     the oracle whatever the buffers held before the build. ``batch`` is built
     four times into ONE allocation, after it held, in turn: the poison of
-    fresh buffers; the poison written again over ``batch``'s own result;
-    ``earlier``'s result (:func:`earlier_step` by default, built into that
-    memory, poisoned again, at the widest width the buffers allow); random
-    int32 values in every element (a generator seeded with ``seed``,
+    fresh buffers, or, for a step that records the shape of the step before
+    it (``batch.prior``), that step's result, built into the fresh memory as
+    the builder's first call there
+    (:func:`~c128a.checks.prior_shape.shaped_earlier_step`, its buffers
+    placed as recorded, :func:`~c128a.checks.prior_shape.earlier_buffers`);
+    the poison written again over ``batch``'s own result; ``earlier``'s
+    result (:func:`earlier_step` by default, built into that memory,
+    poisoned again, at the width the step records for it); random int32
+    values in every element (a generator seeded with ``seed``,
     :func:`fill_seed` by default). The poison and the random values are
     written through :func:`other_writer`'s aliases. The diff names the prior
     content and the first differing row and column."""
@@ -183,7 +193,18 @@ def check_history_independent(
                 NAME, f"after the buffers held {prior}: {exc.detail}"
             ) from None
 
-    build_and_compare(f"the poison {POISON} (fresh buffers)")
+    if batch.prior is None:
+        build_and_compare(f"the poison {POISON} (fresh buffers)")
+    else:
+        # First into the memory: a builder that keeps state per set of
+        # buffers (a scratch, a launch grid, a geometry) sets it up then.
+        shaped = shaped_earlier_step(batch)
+        build(target, shaped, device, buffers=earlier_buffers(buffers, batch.prior))
+        build_and_compare(
+            f"an earlier step's result of another shape (c128a.checks.prior_shape."
+            f"shaped_earlier_step of this step: {describe(batch.prior)}; W={shaped.width}, "
+            f"T={shaped.num_tokens}, built into the fresh memory, the builder's first call there)"
+        )
     outside.fill_(POISON)
     build_and_compare(f"the poison {POISON} again (written over this step's own result)")
     outside.fill_(POISON)  # the earlier step's result alone, whatever ran before

@@ -31,6 +31,7 @@ from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
 from ..strategies.budget import SizeBudget, size_budget
+from ..strategies.shape_history import SHAPE_HISTORY_EXAMPLES, with_shape_history
 from ..strategies.reach import (
     COMPILE_KEY_REACH,
     CONSUMER_REACH,
@@ -195,12 +196,22 @@ def other_geometry_steps(target, max_tokens=None, budget=None) -> SearchStrategy
 def history_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Engine steps (widths "any": a W below C leaves the earlier, wider step's
     columns [W, C) behind), each recording the width of the earlier step built
-    into its buffers before it (``prior_width``: narrower, the same, wider).
-    The pair a build is judged on, the step and that earlier step, is derived
-    from the one drawn step (:func:`~c128a.checks.prior_content.earlier_step`),
-    and so is the random prior content's seed: the saved Batch alone replays
-    all of it. Five builds an example: fewer tokens by default."""
-    return batches(target, prior_widths=True, **_token_budget(max_tokens, budget, default=16))
+    into its buffers before it (``prior_width``: narrower, the same, wider)
+    and its shape (``prior``, :func:`~c128a.strategies.shape_history.with_shape_history`:
+    more or fewer decode and prefill rows, across 64-row blocks, another R
+    and B, its buffers placed otherwise); one in four with up to 72 decode
+    rows, often more than one 64-row block. The pair a build is judged on, the step and that
+    earlier step, is derived from the one drawn step
+    (:func:`~c128a.checks.prior_content.earlier_step`,
+    :func:`~c128a.checks.prior_shape.shaped_earlier_step`), and so is the
+    random prior content's seed: the saved Batch alone replays all of it.
+    Four builds an example: fewer tokens by default."""
+    many = max(max_tokens or 0, 72)
+    steps = batches(target, prior_widths=True, **_token_budget(max_tokens, budget, default=16))
+    many_decode_rows = batches(target, prior_widths=True, max_tokens=many, min_decode_requests=9,
+                               max_decode_requests=12, max_prefill_requests=1, max_prefill_chunk=4,
+                               budget=budget)
+    return with_shape_history(st.one_of(steps, steps, steps, many_decode_rows))
 
 
 def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
@@ -284,9 +295,11 @@ def _needs_validation(target) -> str | None:
     )
 
 
-def _property(name: str, check: Check, strategy=engine_steps, invariant=None, **options):
+def _property(name: str, check: Check, strategy=engine_steps, invariant=None, examples=(),
+              **options):
+    """A property running the historical steps, then its own ``examples``, first."""
     doc = ((invariant or check).__doc__ or "").strip()
-    examples = tuple(HISTORICAL_BATCHES.values())
+    examples = (*HISTORICAL_BATCHES.values(), *examples)
     return Property(name, strategy, check, doc=doc, examples=examples, **options)
 
 
@@ -313,7 +326,7 @@ PROPERTIES: dict[str, Property] = {
                   reach=MODEL_LENGTH_ONLY),
         _property("other_geometries", _other_geometries, other_geometry_steps),
         _property("history_independent", check_history_independent, history_steps,
-                  reach={}),
+                  examples=tuple(SHAPE_HISTORY_EXAMPLES.values()), reach={}),
         _property("consumers", check_consumers, consumer_steps, reach=CONSUMER_REACH),
         _property("consumers_replay", check_consumers_replayed, decode_only_steps,
                   reach=REPLAY_REACH),

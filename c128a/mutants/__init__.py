@@ -4,7 +4,8 @@ Each mutant has exactly one fault and reproduces one bug class of the
 contract's table; ``c128a.mutants:NAME`` is its target spec. They are pure
 torch on top of the oracle's arithmetic: fast, and runnable on CPU and CUDA
 tensors alike. Builder faults live in :mod:`.builders`, faults of a builder that
-remembers its earlier calls in :mod:`.stateful`, width-policy faults in
+remembers its earlier calls in :mod:`.stateful`, faults of one that keeps
+state keyed on the last step's shape in :mod:`.shape_history`, width-policy faults in
 :mod:`.policies`, and faults only the strategies' wider reach shows in
 :mod:`.engine_scale` (thousands of tokens, hundreds of requests),
 :mod:`.layouts` (buffers inside larger allocations), :mod:`.geometry`
@@ -14,7 +15,9 @@ kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
 """
 
 # Importing a module registers its mutants.
-from . import builders, consumers, engine_scale, geometry, layouts, policies, stateful  # noqa: F401
+from . import (  # noqa: F401
+    builders, consumers, engine_scale, geometry, layouts, policies, shape_history, stateful,
+)
 from .registry import MUTANTS, Mutant
 
 __all__ = ["MUTANTS", "Mutant"]

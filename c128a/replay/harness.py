@@ -40,6 +40,7 @@ import torch
 
 from .. import phases
 from ..checks.diff import first_difference
+from ..checks.prior_shape import earlier_buffers, shaped_earlier_step
 from ..contract import (
     BLOCK_SIZE,
     COMPRESS_RATIO,
@@ -275,7 +276,11 @@ class ReplayHarness:
         """Build ``batch`` (already padded: :meth:`pad`) into the persistent
         buffers, replay the captured consumers, and check them against the oracle.
 
-        Raises :class:`~c128a.failures.ReplayMismatch` (or, with strict
+        A step that records an earlier step of another shape (``batch.prior``:
+        another layer's step through the same buffers) has that step built
+        into the buffers first, as recorded
+        (:func:`~c128a.checks.prior_shape.shaped_earlier_step`), so a saved
+        step replays its history. Raises :class:`~c128a.failures.ReplayMismatch` (or, with strict
         sentinels, :class:`~c128a.failures.StaleSentinelHazard`); whatever
         ``build_step`` raises passes through.
         """
@@ -291,6 +296,10 @@ class ReplayHarness:
             "pad the batch first (ReplayHarness.pad)",
         )
         self.steps += 1
+        if batch.prior is not None:
+            # Another layer's step: its own correctness is not this step's check.
+            build(self.target, shaped_earlier_step(batch), self.device,
+                  buffers=earlier_buffers(self.buffers, batch.prior))
         before = self.buffers.host_copy()
         result = self._build_step(batch, self.buffers, before)
         # The contract's buffers after this step: the earlier bytes, with the

@@ -16,7 +16,11 @@ new tokens prefilled ``chunk`` at a time); advance a request by 1..8 accepted
 tokens; finish a request (its pages return to the pool); reallocate a
 request's pages (preemption and recompute: same positions, new block-table
 entries, reused pages first); jump a request to another context length, so
-that W crosses powers of two up and down.
+that W crosses powers of two up and down; run a step right after another
+layer's step of another shape used the same buffers (``batch.prior``: other
+decode and prefill rows up to the buffers' rows, another R and B, its
+buffers swapped or from a row offset, at another width), which
+:meth:`c128a.replay.ReplayHarness.run_step` builds first.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from hypothesis import event, note
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precondition, rule
 
 from ..checks import check_step
+from ..checks.prior_shape import describe
 from ..checks.compile_keys import check_compile_keys
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
-from ..strategies.reach import BY_NAME, WIDTH_HISTORY
+from ..contract import policy
+from ..strategies.reach import BY_NAME, SHAPE_HISTORY, WIDTH_HISTORY
+from ..strategies.shape_history import OTHER_BLOCK_SIZES, OTHER_RATIOS, ROW_BLOCK
 from ..failures import ContractViolation, HarnessError
-from ..step import Batch, StepRequest, assemble_batch
+from ..step import Batch, PriorStep, StepRequest, assemble_batch
 from .harness import ReplayHarness
 from .recorded import MachineStep, MachineSteps, attach_steps
 
@@ -47,6 +54,14 @@ MAX_REQUESTS = 4
 MAX_QUERY_TOKENS = MAX_QUERY_TOKENS_PER_DECODE  # one token plus up to 7 accepted drafts
 CAPTURE_LIMIT = 16  # decode: MAX_QUERY_TOKENS + (MAX_REQUESTS - 1); prefill: MAX_REQUESTS * 4
 TABLE_PADDING = -7  # block-table entries past a request's pages (never read)
+ACROSS_A_BLOCK_ROWS = ROW_BLOCK + 8
+"""Engine buffer rows (``build_machine(buffer_rows=...)``) with which
+another layer's step may fill more than one 64-row block. Every step
+checks and copies the whole buffers, so a step costs about that much
+more: the default is the CAPTURE_LIMIT rows the loop's own steps fill."""
+MAX_OTHER_LAYER_STEPS = 2
+"""Steps after another layer's in one run: each builds that layer's step
+too (up to twice the buffers' rows in tokens)."""
 
 
 WIDTH_HISTORY_DIMENSION = BY_NAME[WIDTH_HISTORY]
@@ -121,9 +136,12 @@ def serving_loop_machine(target, device, *, strict_sentinels: bool = False):
     Run it with ``hypothesis.stateful.run_state_machine_as_test(machine,
     settings=...)`` or expose ``machine.TestCase`` to pytest. With
     ``strict_sentinels`` the opt-in stale-sentinel check raises
-    :class:`~c128a.failures.StaleSentinelHazard` when it trips.
+    :class:`~c128a.failures.StaleSentinelHazard` when it trips. Up to
+    :data:`MAX_OTHER_LAYER_STEPS` steps a run follow another layer's step
+    of another shape.
     """
-    return build_machine(target, device, strict_sentinels=strict_sentinels)
+    return build_machine(target, device, strict_sentinels=strict_sentinels,
+                         other_layer_steps=MAX_OTHER_LAYER_STEPS)
 
 
 def build_machine(
@@ -135,13 +153,23 @@ def build_machine(
     check_window: bool = True,
     max_model_len: int | None = None,
     on_step=None,
+    on_reach=None,
+    buffer_rows: int = CAPTURE_LIMIT,
+    other_layer_steps: int = 0,
 ):
     """:func:`serving_loop_machine` with knobs for the suite's own tests:
     ``check_invariants=False`` builds without :func:`c128a.checks.check_step`
     and ``check_window=False`` skips the index-window comparison, so that a
     test can show which replay check catches a fault on its own;
     ``on_step(batch, description)``, where given, sees each step before it
-    is built (the compile-key check, :mod:`c128a.checks.compile_keys`).
+    is built (the compile-key check, :mod:`c128a.checks.compile_keys`);
+    ``on_reach(labels)``, where given, sees the reach labels each step
+    reports with ``event()`` (:mod:`c128a.strategies.reach`);
+    ``other_layer_steps`` is how many steps a run may take right after
+    another layer's step of another shape (none: the machine has no such
+    rule, and draws as it did before it had one), and ``buffer_rows`` sizes
+    the engine's buffers, which that layer's step fills up to
+    (:data:`ACROSS_A_BLOCK_ROWS` and more: past a 64-row block).
     ``max_model_len`` defaults by device (:data:`DEFAULT_MAX_MODEL_LEN`).
 
     The engine is captured once per machine class; each run starts from the
@@ -174,6 +202,7 @@ def build_machine(
             max_model_len=model_len,
             kv_slots=kv_slots,
             capture_limit=capture_limit,
+            buffer_rows=buffer_rows,
             block_size=table_block_size,
             build_step=build_step,
             strict_sentinels=strict_sentinels,
@@ -217,6 +246,8 @@ def build_machine(
             self.live: list[Request] = []
             self.admitted = 0
             self.last_width: int | None = None
+            self.last_built: PriorStep | None = None  # the shape of the last build
+            self.other_layer_steps = 0
             self.width_changes = 0
             self.largest_drop = 0
             self.built: list[MachineStep] = []  # this example's steps, for its failure
@@ -273,6 +304,42 @@ def build_machine(
             self._cover(request, context)
             self._step(f"jump r{request.number} to {context}")
 
+        def step_after_another_layer(self, decode, prefill, geometry, placement, width, pick):
+            """One step right after another layer's step through the same
+            buffers: other rows, R and B, placement and width."""
+            self.other_layer_steps += 1
+            ratio = COMPRESS_RATIO
+            if geometry in ("ratio", "both"):
+                others = [r for r in OTHER_RATIOS if r != ratio]
+                ratio = others[pick % len(others)]
+            block = block_size
+            if geometry in ("block", "both"):
+                others = [b for b in OTHER_BLOCK_SIZES if b != block]
+                block = others[(pick >> 4) % len(others)]
+            offset = 0
+            if placement == "row offset":
+                offset = 1 + pick % max(buffer_rows - max(decode, prefill), 1)
+            offset = min(offset, buffer_rows - max(decode, prefill))
+            prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
+                              row_offset=offset)
+            widths = policy.reachable_widths(self.harness.capacity)
+            self._step(f"after another layer: {describe(prior)}", prior=prior,
+                       prior_width=widths[width % len(widths)])
+
+        if other_layer_steps:
+            # A rule only where asked for: another rule changes how every
+            # run is drawn and shrunk, even where its precondition fails.
+            step_after_another_layer = precondition(
+                lambda self: self.other_layer_steps < other_layer_steps
+            )(rule(
+                decode=st.integers(0, buffer_rows),
+                prefill=st.integers(0, buffer_rows),
+                geometry=st.sampled_from(("same", "ratio", "block", "both")),
+                placement=st.sampled_from(("same", "swapped", "row offset")),
+                width=st.integers(0, 1 << 16),
+                pick=st.integers(0, 1 << 16),
+            )(step_after_another_layer))
+
         def teardown(self):
             hypothesis.target(float(self.width_changes), label="width changes")
             hypothesis.target(float(self.largest_drop), label="largest width drop (log2)")
@@ -285,7 +352,8 @@ def build_machine(
             if needed > 0:
                 request.pages.extend(self.pool.take(needed))
 
-        def _step(self, cause: str, speculative: dict[int, int] | None = None) -> None:
+        def _step(self, cause: str, speculative: dict[int, int] | None = None, *,
+                  prior: PriorStep | None = None, prior_width: int = 0) -> None:
             speculative = speculative or {}
             decode, prefill = [], []  # (request, query tokens)
             for request in self.live:
@@ -305,6 +373,8 @@ def build_machine(
                 self._cover(request, request.length + count)
 
             batch = self.harness.pad(self._batch(decode, prefill))
+            if prior is not None:
+                batch = dataclasses.replace(batch, prior=prior, prior_width=prior_width)
             description = f"[{cause}] " + self._describe(batch, decode, prefill)
             note(description)
             self.built.append(MachineStep(description, batch))
@@ -312,6 +382,7 @@ def build_machine(
                 if on_step is not None:
                     on_step(batch, description)
                 outcome = self.harness.run_step(batch)
+                self._observe_shape(batch)  # against the last build: before _observe moves on
             except Exception as exc:
                 # The failure carries the steps that led to it: a case
                 # replays them without the blob (c128a.runners.cases).
@@ -371,16 +442,34 @@ def build_machine(
                 + (f"; {padding} padding token(s)" if padding else "")
             )
 
+        def _report(self, label: str) -> None:
+            event(label)
+            if on_reach is not None:
+                on_reach([label])
+
+        def _observe_shape(self, batch: Batch) -> None:
+            """The reach's history (c128a.strategies.reach): this step against
+            the step built before it into the same buffers (another layer's,
+            or the loop's own last step)."""
+            earlier_width = batch.earlier_width if batch.prior is not None else self.last_width
+            if earlier_width is not None:
+                self._report(WIDTH_HISTORY_DIMENSION.label(
+                    "same W" if batch.width == earlier_width
+                    else "wider than the last build" if batch.width > earlier_width
+                    else "narrower than the last build"))
+            if batch.prior is None and self.last_built is not None:
+                batch = dataclasses.replace(batch, prior=self.last_built)
+            if batch.prior is not None:
+                for dimension in SHAPE_HISTORY:
+                    bucket = dimension.bucket_of(batch)
+                    if bucket is not None:
+                        self._report(dimension.label(bucket))
+            self.last_built = PriorStep(batch.num_decode_tokens, batch.num_prefill_tokens,
+                                        batch.compress_ratio, batch.block_size)
+
         def _observe(self, outcome) -> None:
             width = outcome.width
             event(f"W={width}")
-            if self.last_width is not None:
-                # The reach's width history (c128a.strategies.reach): this
-                # step against the one built before it into the same buffers.
-                event(WIDTH_HISTORY_DIMENSION.label(
-                    "same W" if width == self.last_width
-                    else "wider than the last build" if width > self.last_width
-                    else "narrower than the last build"))
             if self.last_width is not None and width != self.last_width:
                 self.width_changes += 1
                 if width < self.last_width:

@@ -17,6 +17,7 @@ from .batch import (
 )
 from .buffers import POISON, BufferLayout, Buffers, BuildResult
 from .builds import build, oracle_build
+from .prior import PriorStep
 
 __all__ = [
     "MAX_BUFFER_ELEMENTS",
@@ -31,6 +32,7 @@ __all__ = [
     "BuildResult",
     "PaddingToken",
     "PermutedBlockTable",
+    "PriorStep",
     "StepRequest",
     "assemble_batch",
     "build",

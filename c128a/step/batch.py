@@ -34,6 +34,7 @@ from .. import phases
 from ..failures import BadArgument, CaseError
 from . import schema
 from .buffers import BufferLayout, Buffers, upload
+from .prior import PriorStep
 from .schema import Int32, Int64, Range
 
 PAGE_PRIME = 1_000_003
@@ -227,6 +228,9 @@ class Batch:
     # The width of the step history_independent builds into the buffers
     # before this one (0: the widest the buffers allow).
     prior_width: Annotated[int, Range(0, MAX_CAPACITY)] = 0
+    # The shape of that earlier step where it differs from this one's (None:
+    # the same rows, R, B and placement, as before shape histories existed).
+    prior: PriorStep | None = None
     labels: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -298,6 +302,13 @@ class Batch:
         for name in ("positions", "token_to_req_indices", "slot_mapping"):
             if len(getattr(self, name)) > MAX_BUFFER_ROWS + 64:
                 raise CaseError(path, f"{where}.{name}", f"more than {MAX_BUFFER_ROWS + 64:,} entries")
+        if self.prior is not None and self.prior.rows_needed > self.buffer_rows:
+            raise CaseError(
+                path, f"{where}.prior",
+                f"row_offset + max(num_decode_tokens, num_prefill_tokens) = "
+                f"{self.prior.rows_needed} exceeds buffer_rows={self.buffer_rows}: the earlier "
+                "step is built into this step's buffers",
+            )
 
     # ---------------------------------------------------------------- JSON
 
@@ -316,13 +327,21 @@ class Batch:
             data["block_table"] = table.to_json()
         else:
             data["block_table"] = [list(row) for row in table]
+        if self.prior is None:
+            # A step without a shape history writes what it wrote before, so
+            # its case names and history_independent's seed stay the same.
+            del data["prior"]
+        else:
+            data["prior"] = dataclasses.asdict(self.prior)
         return data
 
     @classmethod
     def from_json(cls, data: Any, path=None, where: str = "batch") -> "Batch":
         """A Batch from its JSON, every field checked against its annotation
         and the sizes bounded (:class:`CaseError`), before anything is built."""
-        batch = schema.from_json(cls, data, path, where, {"block_table": _read_block_table})
+        batch = schema.from_json(
+            cls, data, path, where, {"block_table": _read_block_table, "prior": _read_prior}
+        )
         batch.check_sizes(path, where)
         batch.check_prior_width(path, where)
         return batch
@@ -432,6 +451,11 @@ def _read_block_table(value: Any, path, where: str) -> BlockTable:
     if len({len(row) for row in rows}) > 1:
         raise CaseError(path, where, "rows must all have the same length")
     return rows
+
+
+def _read_prior(value: Any, path, where: str) -> PriorStep | None:
+    """The earlier step's shape (an object), or null."""
+    return None if value is None else schema.from_json(PriorStep, value, path, where)
 
 
 # The latest PermutedBlockTable's rows as bytes: a property builds the same

@@ -266,6 +266,92 @@ def _width_history(batch: Batch) -> str | None:
 
 WIDTH_HISTORY = "width history"
 
+
+# ---------------------------------------------------------------- shape history
+# The step against the shape of the one built before it into the same
+# buffers (Batch.prior, c128a.strategies.shape_history; no prior: the same
+# shape). history_independent and the serving loop report these.
+
+ROW_BLOCK = 64
+"""Rows a builder may launch or stage together (vllm#53574: a consumer
+changes behaviour past 64 rows; Triton kernels tile rows by 64)."""
+
+
+def blocks(rows: int) -> int:
+    """The 64-row blocks ``rows`` rows occupy."""
+    return -(-rows // ROW_BLOCK)
+
+
+ROW_HISTORY_BUCKETS = ("same", "fewer, same 64-row block", "fewer, across a 64-row block",
+                       "more, same 64-row block", "more, across a 64-row block")
+
+
+def _row_history(rows: int, earlier: int) -> str:
+    if earlier == rows:
+        return "same"
+    across = "across a 64-row block" if blocks(earlier) != blocks(rows) else "same 64-row block"
+    return f"{'fewer' if earlier < rows else 'more'}, {across}"
+
+
+def _decode_rows_history(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    prior = batch.prior
+    earlier = batch.num_decode_tokens if prior is None else prior.num_decode_tokens
+    return _row_history(batch.num_decode_tokens, earlier)
+
+
+def _prefill_rows_history(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    prior = batch.prior
+    earlier = batch.num_prefill_tokens if prior is None else prior.num_prefill_tokens
+    return _row_history(batch.num_prefill_tokens, earlier)
+
+
+def _tokens_history(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    earlier = batch.num_tokens if batch.prior is None else batch.prior.num_tokens
+    return "same T" if earlier == batch.num_tokens else (
+        "fewer tokens" if earlier < batch.num_tokens else "more tokens")
+
+
+def _layout_history(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    prior = batch.prior
+    if prior is not None and prior.swapped:
+        return "decode and prefill buffers swapped"
+    if prior is not None and prior.row_offset:
+        return "buffers from a row offset"
+    return "same placement"
+
+
+def _geometry_history(batch: Batch) -> str | None:
+    if batch.num_tokens == 0:
+        return None
+    prior = batch.prior
+    ratio = prior is not None and prior.compress_ratio != batch.compress_ratio
+    block = prior is not None and prior.block_size != batch.block_size
+    return {(False, False): "same R and B", (True, False): "another R",
+            (False, True): "another B", (True, True): "another R and B"}[ratio, block]
+
+
+SHAPE_HISTORY: tuple[Dimension, ...] = (
+    Dimension("decode rows history", ROW_HISTORY_BUCKETS, _decode_rows_history),
+    Dimension("prefill rows history", ROW_HISTORY_BUCKETS, _prefill_rows_history),
+    Dimension("tokens history", ("fewer tokens", "same T", "more tokens"), _tokens_history),
+    Dimension("layout history", ("same placement", "decode and prefill buffers swapped",
+                                 "buffers from a row offset"), _layout_history),
+    Dimension("geometry history", ("same R and B", "another R", "another B",
+                                   "another R and B"), _geometry_history),
+)
+"""The shape-history dimensions, at the end of :data:`DIMENSIONS`."""
+
+HISTORY: tuple[str, ...] = (WIDTH_HISTORY, *(d.name for d in SHAPE_HISTORY))
+"""Every dimension only a step built after another into the same buffers has."""
+
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("tokens T", ("0", "1", "2-64", "65-1,024", "1,025-8,192", "above 8,192"), _tokens),
     Dimension("requests", ("0", "1", "2-16", "17-256", "257-512"), _requests),
@@ -302,6 +388,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
                                "not a multiple of R, C the same either way"), _model_length),
     Dimension(WIDTH_HISTORY, ("same W", "narrower than the last build",
                               "wider than the last build"), _width_history),
+    *SHAPE_HISTORY,
 )
 """Every dimension, in the order the reach table prints them."""
 
@@ -311,7 +398,7 @@ Exclusions = Mapping[str, "tuple[str, ...] | None"]
 """Dimension name -> the buckets a property never draws by design (None: the
 whole dimension does not apply to it)."""
 
-ONE_BUILD: Exclusions = MappingProxyType({WIDTH_HISTORY: None})
+ONE_BUILD: Exclusions = MappingProxyType({name: None for name in HISTORY})
 """What a property that builds each step into fresh buffers does not reach:
 its steps have no history."""
 
@@ -323,7 +410,7 @@ MODEL_LENGTH_ONLY: Exclusions = MappingProxyType({
 
 
 CONSUMER_REACH: Exclusions = MappingProxyType({
-    WIDTH_HISTORY: None,
+    **ONE_BUILD,
     "tokens T": ("1,025-8,192", "above 8,192"),
     "requests": ("17-256", "257-512"),
     "elements T x W": ("1,048,577-8,388,608", "above 8,388,608"),
