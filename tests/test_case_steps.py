@@ -96,13 +96,41 @@ def test_the_kept_serving_loop_case_is_not_skipped_under_another_hypothesis(
     result.assert_outcomes(passed=1)
 
 
-def test_a_serving_loop_case_without_steps_replays_from_its_blob_as_before(tmp_path):
+@pytest.fixture(scope="module")
+def fresh_case(tmp_path_factory) -> Path:
+    """A serving-loop case c128a fuzz saves now, on the mutant: its blob
+    fits the machine as it is (the kept case's blob predates a rule added
+    since, which is why that one replays from its steps)."""
+    from c128a.runners import fuzz
+
+    folder = tmp_path_factory.mktemp("fresh")
+    report = fuzz.run_fuzz(fuzz.FuzzConfig(
+        target=PACKED_STRIDE, device="cpu", max_examples=20, seed=1, workers=1, db="none",
+        cases_dir=str(folder / "cases"), report=str(folder / "report.json"),
+        exitfirst=True, chunk=10, only=(cases.SERVING_LOOP,), stateful=True, live=False,
+    ))
+    assert report["exit_status"] == 1, report
+    [saved] = cases.case_files(folder / "cases")
+    return saved
+
+
+def fresh_copy(fresh: Path, tmp_path: Path, edit) -> Path:
+    data = json.loads(fresh.read_text())
+    edit(data)
+    path = tmp_path / fresh.name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_serving_loop_case_without_steps_replays_from_its_blob_as_before(
+    tmp_path, fresh_case
+):
     """A case written before steps were recorded: its blob, where this
     Hypothesis wrote it; else it says why it cannot replay."""
-    case = cases.load_case(kept_copy(tmp_path, lambda d: d.pop("machine_steps")))
+    case = cases.load_case(fresh_copy(fresh_case, tmp_path, lambda d: d.pop("machine_steps")))
     still = cases.replay_case(case, load_target(PACKED_STRIDE), "cpu")
     assert still.verdict == cases.FAILS and "state.add_request" in still.report, still.report
-    other = cases.load_case(kept_copy(tmp_path, lambda d: (
+    other = cases.load_case(fresh_copy(fresh_case, tmp_path, lambda d: (
         d.pop("machine_steps"), d["versions"].update(hypothesis=ANOTHER_RELEASE))))
     outcome = cases.replay_case(other, load_target("reference"), "cpu")
     assert outcome.verdict == cases.CANNOT_REPLAY
@@ -110,10 +138,10 @@ def test_a_serving_loop_case_without_steps_replays_from_its_blob_as_before(tmp_p
     assert "no machine_steps" in outcome.report
 
 
-def test_the_kept_case_records_the_steps_its_blob_drives():
-    """The kept case's steps were written by replaying its blob: under the
-    Hypothesis that wrote it, the blob still drives exactly those steps."""
-    case = cases.load_case(KEPT_SERVING_LOOP)
+def test_a_saved_case_records_the_steps_its_blob_drives(fresh_case):
+    """A case's steps are those its blob drives, under the Hypothesis that
+    wrote it."""
+    case = cases.load_case(fresh_case)
     if (problem := cases.blob_problem(case)) is not None:
         pytest.skip(f"the blob cannot run here: {problem}")
     recorded = cases.machine_steps_from_blob(case, load_target(PACKED_STRIDE), "cpu",
@@ -161,19 +189,10 @@ def test_no_kept_case_needs_its_blob(tmp_path, monkeypatch, kept):
     assert outcome.verdict == cases.FAILS, outcome.report
 
 
-def test_a_fuzz_run_saves_a_serving_loop_failure_with_its_steps(tmp_path):
+def test_a_fuzz_run_saves_a_serving_loop_failure_with_its_steps(fresh_case):
     """c128a fuzz's serving-loop round on the mutant: the saved case holds the
     engine steps, and replays from them alone."""
-    from c128a.runners import fuzz
-
-    report = fuzz.run_fuzz(fuzz.FuzzConfig(
-        target=PACKED_STRIDE, device="cpu", max_examples=20, seed=1, workers=1, db="none",
-        cases_dir=str(tmp_path / "cases"), report=str(tmp_path / "report.json"),
-        exitfirst=True, chunk=10, only=(cases.SERVING_LOOP,), stateful=True, live=False,
-    ))
-    assert report["exit_status"] == 1, report
-    [saved] = cases.case_files(tmp_path / "cases")
-    case = cases.load_case(saved)
+    case = cases.load_case(fresh_case)
     assert case.machine_steps is not None and case.machine_steps.steps
     without_blob = dataclasses.replace(case, reproduce_blob=None)
     outcome = cases.replay_case(without_blob, load_target(PACKED_STRIDE), "cpu")
