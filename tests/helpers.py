@@ -1,7 +1,8 @@
 """What the machinery tests (CLI, fuzz, replay, cases, bench) share: the
 ``c128a`` command as a child process, the process table under /proc, short
 temporary folders for the fuzz workers' sockets, stand-in targets' source,
-and paths that are not what an option wants.
+paths that are not what an option wants, and real small or full file
+systems.
 
 Imported by name (``from helpers import ...``), as the tests import their
 other siblings (``fault_targets``); fixtures built on these are in
@@ -10,6 +11,8 @@ other siblings (``fault_targets``); fixtures built on these are in
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import socket
@@ -221,3 +224,34 @@ def a_fifo(tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
     os.mkfifo(path)
     return path
+
+
+# ---------------------------------------------------------------- real small and full file systems
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount_point: Path):
+    """A real 64 KiB tmpfs at ``mount_point`` (made here), unmounted after;
+    the test is skipped where mounting is not permitted."""
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill_to_the_last_byte(folder: Path) -> None:
+    """Fill ``folder``'s file system with one file until a write fails with
+    ENOSPC: creating a file there still works, writing a byte does not."""
+    filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError) as full:
+            while True:
+                os.write(filler, b"x" * 4096)
+    finally:
+        os.close(filler)
+    assert full.value.errno == errno.ENOSPC

@@ -9,7 +9,6 @@ its process group reaches nobody else. Processes are followed through
 
 from __future__ import annotations
 
-import errno
 import functools
 import io
 import json
@@ -17,7 +16,6 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
 import threading
 import time
@@ -39,11 +37,13 @@ from helpers import (
     alive,
     assert_all_ended,
     descendants,
+    fill_to_the_last_byte,
     free_port,
     importable_here_and_in_children,
     needs_proc,
     parents,
     short_temporary_folder,
+    small_tmpfs,
     wait_until,
 )
 from fault_targets import (
@@ -52,7 +52,6 @@ from fault_targets import (
     FAULT_PROPERTIES,
     FIRST_WRONG_MARKER_ENV,
     HISTORICAL_STEP,
-    policy_raises,
     slow_failing,
 )
 from test_fuzz import MACHINE_SPEC, PLANT_ENV, lens_mutant, make_config, standin_machine
@@ -520,25 +519,10 @@ def full_disk(tmp_path, monkeypatch):
     the run); writing one byte into it fails with ENOSPC. The user's cache
     (a fallback folder for refused cases) is the test's own."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    mount_point = tmp_path / "full"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "full") as mount_point:
         (mount_point / "cases").mkdir()
-        filler = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            with pytest.raises(OSError) as full:
-                while True:
-                    os.write(filler, b"x" * 4096)
-        finally:
-            os.close(filler)
-        assert full.value.errno == errno.ENOSPC
+        fill_to_the_last_byte(mount_point)
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def _between(text: str, title: str) -> str:

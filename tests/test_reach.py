@@ -11,10 +11,7 @@ naming the property, the dimension and the bucket.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -41,6 +38,7 @@ from c128a.runners.reach import (
 from c128a.strategies import batches
 from c128a.strategies.budget import CPU_BUDGET, size_budget
 from c128a.strategies.reach import DIMENSIONS, HISTORY, ONE_BUILD, beyond_budget, expected
+from helpers import fill_to_the_last_byte, small_tmpfs
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -146,20 +144,6 @@ it frees when it is truncated, so writing it in place on a full disk
 would leave it cut short."""
 
 
-@contextlib.contextmanager
-def small_tmpfs(mount_point: Path):
-    """A real 64 KiB tmpfs at ``mount_point`` (unmounted after)."""
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
 @pytest.fixture
 def readme_in_a_read_only_folder(tmp_path):
     """A README in a folder mounted read-only (root ignores mode bits)."""
@@ -175,14 +159,7 @@ def readme_on_a_full_disk(tmp_path):
     still works, writing a byte fails with ENOSPC."""
     with small_tmpfs(tmp_path / "full") as folder:
         (folder / "README.md").write_text(OLD_README)
-        filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            with pytest.raises(OSError) as full:
-                while True:
-                    os.write(filler, b"x" * 4096)
-        finally:
-            os.close(filler)
-        assert full.value.errno == errno.ENOSPC
+        fill_to_the_last_byte(folder)
         yield folder / "README.md"
 
 

@@ -37,6 +37,7 @@ from c128a.targets.vllm_release import (
     cache_folder,
     cached_wheel,
 )
+from helpers import fill_to_the_last_byte, small_tmpfs
 
 REAL_VERSION = "0.34.0"
 EXTRACT_LIMIT = 64 * 1024
@@ -655,26 +656,11 @@ def test_every_failure_to_load_a_version_is_one_line(tmp_path, vllm_cache, read_
 def full_cache(tmp_path, monkeypatch) -> Path:
     """$C128A_CACHE on a real 64 KiB tmpfs holding release 0.0.1's fake wheel
     and a file that took every free byte left; unmounted at the end."""
-    mount_point = tmp_path / "full"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "full") as mount_point:
         monkeypatch.setenv(CACHE_ENV, str(mount_point))
         make_wheel(cache_folder("0.0.1"), "0.0.1", {SOURCE_PATH: STAND_IN})
-        filler = os.open(mount_point / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            with pytest.raises(OSError) as full:
-                while True:
-                    os.write(filler, b"x" * 4096)
-        finally:
-            os.close(filler)
-        assert full.value.errno == errno.ENOSPC
+        fill_to_the_last_byte(mount_point)
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_a_full_cache_is_one_line_and_leaves_nothing_half_written(full_cache):
