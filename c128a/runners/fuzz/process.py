@@ -23,6 +23,7 @@ import traceback
 from ...failures import failure_text
 from ..gpus import freeze_startup_heap, pin_to_gpu, thaw_heap
 from . import protocol
+from .rundir import pid_gone
 from .worker import TERMINATED, Worker
 
 ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
@@ -57,16 +58,6 @@ def run_worker(*args) -> None:
         sys.exit(WORKER_INTERRUPTED_EXIT)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 def watch_parent(supervisor_pid: int) -> None:
     """Exit as soon as the supervisor is gone, however it died (SIGKILL
     included). The worker's own parent is the fork server, which exits when
@@ -83,7 +74,7 @@ def watch_parent(supervisor_pid: int) -> None:
             pass
 
     def orphaned() -> bool:
-        return os.getppid() != forked_by or _gone(supervisor_pid)
+        return os.getppid() != forked_by or pid_gone(supervisor_pid)
 
     if orphaned():  # it died before the watch was set
         os._exit(ORPHAN_EXIT)

@@ -61,6 +61,18 @@ def remade(folder: Path) -> bool:
     return True
 
 
+def pid_gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists (one this process may not signal
+    exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def owner_gone(folder: Path) -> bool:
     """Whether ``folder``'s owner has ended, as far as this process can tell."""
     try:
@@ -70,12 +82,8 @@ def owner_gone(folder: Path) -> bool:
         return False
     if owner.get("pid_namespace") != _pid_namespace():
         return False  # another container's run: its pids are not ours to judge
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if pid_gone(pid):
         return True
-    except PermissionError:
-        return False
     return owner.get("started") is not None and _started(pid) != owner.get("started")
 
 
