@@ -171,7 +171,13 @@ def test_a_listed_check_that_passes_fails_the_run_under_xdist(pytester):
 # ---------------------------------------------------------------- verdicts of cases and files
 
 
-REGRESSIONS = ("--pyargs", "c128a.conformance.test_regressions", "--c128a-device=cpu",
+def device(c128a_device) -> str:
+    """The option for a run in this process: the session's device (a CUDA
+    session refuses the CPU once its kernels are imported)."""
+    return f"--c128a-device={c128a_device.type}"
+
+
+REGRESSIONS = ("--pyargs", "c128a.conformance.test_regressions",
                "--c128a-target=reference", "-p", "no:randomly", "-p", "no:cacheprovider")
 
 
@@ -197,11 +203,11 @@ def _truncated_case() -> bytes:
     return text[: len(text) // 2]
 
 
-def test_a_listed_corrupt_case_is_an_error_not_an_expected_failure(pytester):
+def test_a_listed_corrupt_case_is_an_error_not_an_expected_failure(pytester, c128a_device):
     # Before: "1 failed as expected", exit 0, and the line could never go stale.
     _case_folder(pytester, **{"truncated.json": _truncated_case()})
     pytester.path.joinpath("known.txt").write_text("truncated.json: we know it fails\n")
-    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", "cases",
+    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--c128a-cases", "cases",
                                 "--c128a-known-failures", "known.txt", "-k", "truncated")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
@@ -216,10 +222,11 @@ def test_a_listed_corrupt_case_is_an_error_not_an_expected_failure(pytester):
     assert section.count("truncated.json: field") == 1, section
 
 
-def test_a_case_that_cannot_be_replayed_fails_naming_the_file(pytester):
+def test_a_case_that_cannot_be_replayed_fails_naming_the_file(pytester, c128a_device):
     # Before: skipped, exit 0 (c128a replay said CANNOT REPLAY, exit 2).
     _case_folder(pytester, **{"no-batch.json": {"batch": None, "reproduce_blob": "garbage!!"}})
-    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", "cases", "-k", "no-batch")
+    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--c128a-cases", "cases",
+                                "-k", "no-batch")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
@@ -229,9 +236,10 @@ def test_a_case_that_cannot_be_replayed_fails_naming_the_file(pytester):
     ])
 
 
-def test_a_sanitizer_case_skips_on_the_cpu_for_want_of_cuda(pytester):
+def test_a_sanitizer_case_skips_on_the_cpu_for_want_of_cuda(pytester, c128a_device):
     _case_folder(pytester, **{"memcheck.json": {"property": "sanitizer_memcheck"}})
-    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", "cases", "-k", "memcheck", "-rs")
+    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--c128a-cases", "cases",
+                                "-k", "memcheck", "-rs")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "c128a conformance: 0 checks ran: 0 passed, 0 failed, 0 expected failures; 1 not run "
@@ -259,14 +267,14 @@ def test_declares_its_failure():
 """
 
 
-def test_a_listed_check_that_did_not_run_fails_the_run(pytester):
+def test_a_listed_check_that_did_not_run_fails_the_run(pytester, c128a_device):
     # Before: the run was green, the line counted "not run" and never judged.
     pytester.makepyfile(test_listed=LISTED_CHECKS)
     pytester.path.joinpath("known.txt").write_text(
         "compile_keys: no keyed launchers\nreplay: fails on a GPU\n"
         "rejects_bad_input: checks with assert\n"
     )
-    result = pytester.runpytest("--c128a-device=cpu", "--c128a-target=reference", "-p",
+    result = pytester.runpytest(device(c128a_device), "--c128a-target=reference", "-p",
                                 "no:randomly", "--c128a-known-failures", "known.txt",
                                 "--c128a-allow-not-run")  # only the listed line fails the run
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -286,7 +294,8 @@ def test_a_named_pipe_as_the_known_failures_file_is_refused(pytester):
     # Before: the run waited for a writer for ever.
     fifo = pytester.path / "known.fifo"
     os.mkfifo(fifo)
-    result = pytester.runpytest_subprocess(*REGRESSIONS, "--c128a-known-failures", "known.fifo",
+    result = pytester.runpytest_subprocess(*REGRESSIONS, "--c128a-device=cpu",
+                                           "--c128a-known-failures", "known.fifo",
                                            "--co", timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*c128a: --c128a-known-failures: *known.fifo is a named pipe "
@@ -316,9 +325,11 @@ def test_a_case_whose_name_holds_a_colon_is_found_by_its_whole_name(tmp_path):
     pytest.param("a-file.json", "*c128a: --c128a-cases=a-file.json: */a-file.json is not a "
                                 "folder; name the folder that holds the *.json cases*", id="file"),
 ])
-def test_a_cases_option_that_names_no_folder_is_a_usage_error(pytester, value, message):
+def test_a_cases_option_that_names_no_folder_is_a_usage_error(
+    pytester, value, message, c128a_device
+):
     pytester.path.joinpath("a-file.json").write_text("{}")
-    result = pytester.runpytest(*REGRESSIONS, "--c128a-cases", value, "--co")
+    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--c128a-cases", value, "--co")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 
@@ -331,7 +342,7 @@ def test_collecting_leaves_no_hypothesis_folder_behind(pytester):
     assert not (pytester.path / ".hypothesis").exists()
 
 
-def test_checks_of_the_project_s_own_code_are_deselected_for_other_targets(pytester):
+def test_checks_of_the_project_s_own_code_are_deselected_for_other_targets(pytester, c128a_device):
     """Not skipped (a skip is a check that did not run): the project's own
     bad-input checks, and the VLLM_BATCH_INVARIANT check of the project's
     policy, are not checks of a target that brings its own policy."""
@@ -339,7 +350,7 @@ def test_checks_of_the_project_s_own_code_are_deselected_for_other_targets(pytes
 
     own = [case.name for case in BAD_INPUTS if not case.contract]
     selection = ("--pyargs", "c128a.conformance.test_bad_input",
-                 "c128a.conformance.test_width_policy", "--c128a-device=cpu", "--co", "-q",
+                 "c128a.conformance.test_width_policy", device(c128a_device), "--co", "-q",
                  "-p", "no:cacheprovider")
     everything = pytester.runpytest(*selection, "--c128a-target=reference")
     other = pytester.runpytest(*selection, f"--c128a-target={POLICY_MUTANT}")

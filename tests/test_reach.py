@@ -195,10 +195,11 @@ def test_reach_update_readme_on_a_full_disk_leaves_the_readme_whole(readme_on_a_
 
 
 def test_mutants_update_readme_in_a_read_only_folder_is_refused_before_any_row(
-    readme_in_a_read_only_folder, capsys
+    readme_in_a_read_only_folder, capsys, c128a_device
 ):
     readme = readme_in_a_read_only_folder
-    status = cli.main(["mutants", "--device", "cpu", "--spec", "c128a.mutants:packed_stride",
+    status = cli.main(["mutants", "--device", c128a_device.type,
+                       "--spec", "c128a.mutants:packed_stride",
                        "--expect-pass", "reference", "--property", "views", "--max-examples", "1",
                        "--markdown", "--update-readme", str(readme)])
     assert status == 2

@@ -74,7 +74,9 @@ def test_a_prior_outside_the_buffers_is_a_case_error():
 
 
 @pytest.mark.parametrize("prior_width", [0, 128])
-def test_a_case_written_before_shape_histories_still_replays(tmp_path, capsys, prior_width):
+def test_a_case_written_before_shape_histories_still_replays(
+    tmp_path, capsys, prior_width, c128a_device
+):
     """A kept case of the old format (no ``prior``; ``prior_width`` or
     not), replayed as a history_independent case: the same-shape earlier
     step, passing for a correct target and failing for a stateful mutant."""
@@ -86,10 +88,11 @@ def test_a_case_written_before_shape_histories_still_replays(tmp_path, capsys, p
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     assert cases.load_case(path).batch.prior is None
-    assert cli.main(["replay", str(path), "--device", "cpu"]) == 1
+    assert cli.main(["replay", str(path), "--device", c128a_device.type]) == 1
     assert "[history_independent] after the buffers held the poison -99 again" in (
         capsys.readouterr().out)
-    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference"]) == 0
+    assert cli.main(["replay", str(path), "--device", c128a_device.type,
+                     "--target", "reference"]) == 0
 
 
 @settings(max_examples=40, deadline=None)

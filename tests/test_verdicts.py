@@ -46,13 +46,22 @@ NOT_RUN_LINE = ("  not run: test_checks.py::test_cannot_run_on_this_target (comp
                 "target t launches nothing through a keyed launcher")
 
 
-def _run(pytester, *args, subprocess=False):
-    pytester.makepyfile(test_checks=CHECKS)
-    common = ("--c128a-device=cpu", "--c128a-target=reference", "-p", "no:randomly",
-              "-p", "no:cacheprovider")
-    if subprocess:
-        return pytester.runpytest_subprocess(*common, *args)
-    return pytester.runpytest(*common, *args)
+@pytest.fixture
+def run_checks(pytester, c128a_device):
+    """Run the checks file through pytest: in this process on the session's
+    device (a CUDA session refuses the CPU once its kernels are imported),
+    or in a child (``subprocess=True``) on the CPU."""
+
+    def run(*args, subprocess=False):
+        pytester.makepyfile(test_checks=CHECKS)
+        device = "cpu" if subprocess else c128a_device.type
+        common = (f"--c128a-device={device}", "--c128a-target=reference", "-p", "no:randomly",
+                  "-p", "no:cacheprovider")
+        if subprocess:
+            return pytester.runpytest_subprocess(*common, *args)
+        return pytester.runpytest(*common, *args)
+
+    return run
 
 
 def test_only_a_missing_device_or_tool_excuses_a_skip():
@@ -64,8 +73,8 @@ def test_only_a_missing_device_or_tool_excuses_a_skip():
         needs("a consumer", "the release lacks it")
 
 
-def test_the_summary_counts_each_outcome_and_names_what_did_not_run(pytester):
-    result = _run(pytester, "-k", "not test_fails")
+def test_the_summary_counts_each_outcome_and_names_what_did_not_run(run_checks):
+    result = run_checks("-k", "not test_fails")
     result.stdout.fnmatch_lines([
         "c128a conformance: 2 checks ran: 1 passed, 0 failed, 1 expected failures; 2 not run "
         "(CUDA: 1, other reasons: 1)",
@@ -74,9 +83,9 @@ def test_the_summary_counts_each_outcome_and_names_what_did_not_run(pytester):
     ])
 
 
-def test_a_check_that_did_not_run_fails_the_run(pytester):
+def test_a_check_that_did_not_run_fails_the_run(pytester, run_checks):
     # Before: a skipped check was a green run (exit 0) with nothing said.
-    result = _run(pytester, "-k", "not test_fails", "--junitxml", "report.xml")
+    result = run_checks("-k", "not test_fails", "--junitxml", "report.xml")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*1 check(s) of the target did not run, for a reason other than a missing device or "
@@ -96,11 +105,11 @@ def test_a_check_that_did_not_run_fails_the_run(pytester):
 
 
 @pytest.mark.parametrize("how", [["--c128a-allow-not-run"], ["env"]], ids=["option", "env"])
-def test_a_check_that_did_not_run_is_allowed_only_when_asked(pytester, monkeypatch, how):
+def test_a_check_that_did_not_run_is_allowed_only_when_asked(monkeypatch, how, run_checks):
     if how == ["env"]:
         monkeypatch.setenv("C128A_ALLOW_NOT_RUN", "1")
         how = []
-    result = _run(pytester, "-k", "not test_fails", *how)
+    result = run_checks("-k", "not test_fails", *how)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "c128a conformance: 2 checks ran: 1 passed, 0 failed, 1 expected failures; 2 not run "
@@ -110,8 +119,8 @@ def test_a_check_that_did_not_run_is_allowed_only_when_asked(pytester, monkeypat
     ])
 
 
-def test_a_missing_device_alone_does_not_fail_the_run(pytester):
-    result = _run(pytester, "-k", "passes or cuda")
+def test_a_missing_device_alone_does_not_fail_the_run(run_checks):
+    result = run_checks("-k", "passes or cuda")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "c128a conformance: 1 checks ran: 1 passed, 0 failed, 0 expected failures; 1 not run "
@@ -120,17 +129,17 @@ def test_a_missing_device_alone_does_not_fail_the_run(pytester):
     assert "c128a::not_run" not in result.stdout.str()
 
 
-def test_a_bad_allow_value_is_a_usage_error(pytester, monkeypatch):
+def test_a_bad_allow_value_is_a_usage_error(monkeypatch, run_checks):
     monkeypatch.setenv("C128A_ALLOW_NOT_RUN", "perhaps")
-    result = _run(pytester)
+    result = run_checks()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*c128a: invalid value 'perhaps' from $C128A_ALLOW_NOT_RUN; "
                                  "use 1 (on) or 0 (off)*"])
 
 
 @pytest.mark.slow
-def test_the_verdict_is_the_same_under_xdist(pytester):
-    result = _run(pytester, "-n", "2", subprocess=True)
+def test_the_verdict_is_the_same_under_xdist(run_checks):
+    result = run_checks("-n", "2", subprocess=True)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "c128a conformance: 3 checks ran: 1 passed, 1 failed, 1 expected failures; 2 not run "
