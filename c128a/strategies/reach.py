@@ -293,20 +293,17 @@ def _row_history(rows: int, earlier: int) -> str:
     return f"{'fewer' if earlier < rows else 'more'}, {across}"
 
 
-def _decode_rows_history(batch: Batch) -> str | None:
-    if batch.num_tokens == 0:
-        return None
-    prior = batch.prior
-    earlier = batch.num_decode_tokens if prior is None else prior.num_decode_tokens
-    return _row_history(batch.num_decode_tokens, earlier)
+def _rows_history(rows: Callable) -> Callable[[Batch], str | None]:
+    """The bucket of the step's ``rows(step)`` against the earlier step's
+    (the step's own where it has no shape history)."""
 
+    def bucket_of(batch: Batch) -> str | None:
+        if batch.num_tokens == 0:
+            return None
+        earlier = rows(batch) if batch.prior is None else rows(batch.prior)
+        return _row_history(rows(batch), earlier)
 
-def _prefill_rows_history(batch: Batch) -> str | None:
-    if batch.num_tokens == 0:
-        return None
-    prior = batch.prior
-    earlier = batch.num_prefill_tokens if prior is None else prior.num_prefill_tokens
-    return _row_history(batch.num_prefill_tokens, earlier)
+    return bucket_of
 
 
 def _tokens_history(batch: Batch) -> str | None:
@@ -339,8 +336,10 @@ def _geometry_history(batch: Batch) -> str | None:
 
 
 SHAPE_HISTORY: tuple[Dimension, ...] = (
-    Dimension("decode rows history", ROW_HISTORY_BUCKETS, _decode_rows_history),
-    Dimension("prefill rows history", ROW_HISTORY_BUCKETS, _prefill_rows_history),
+    Dimension("decode rows history", ROW_HISTORY_BUCKETS,
+              _rows_history(lambda step: step.num_decode_tokens)),
+    Dimension("prefill rows history", ROW_HISTORY_BUCKETS,
+              _rows_history(lambda step: step.num_prefill_tokens)),
     Dimension("tokens history", ("fewer tokens", "same T", "more tokens"), _tokens_history),
     Dimension("layout history", ("same placement", "decode and prefill buffers swapped",
                                  "buffers from a row offset"), _layout_history),
