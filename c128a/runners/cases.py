@@ -607,16 +607,23 @@ def replay_machine_steps(case: Case, target, device, machine_factory, why: str) 
     return Outcome(PASSES, f"the recorded steps no longer fail; {how}")
 
 
-def replay_machine_from_blob(case: Case, target, device, machine_factory) -> Outcome:
-    """Rerun a serving-loop failure from its reproduce blob (this Hypothesis
-    wrote it: :func:`blob_problem` is None)."""
+def _run_machine_blob(case: Case, target, device,
+                      machine_factory) -> tuple[BaseException | None, str]:
+    """Run the serving-loop machine on ``target`` pinned to the case's blob
+    (this Hypothesis's): what it raised, and the steps it printed."""
     machine = machine_factory(target, device)
     pinned = type(machine.__name__, (machine,), {})
     reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
-    exc, printed = _run_pinned(
+    return _run_pinned(
         lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None)),
         steps=True,
     )
+
+
+def replay_machine_from_blob(case: Case, target, device, machine_factory) -> Outcome:
+    """Rerun a serving-loop failure from its reproduce blob (this Hypothesis
+    wrote it: :func:`blob_problem` is None)."""
+    exc, printed = _run_machine_blob(case, target, device, machine_factory)
     if (refused := _bad_blob(exc)) is not None:
         return refused
     if exc is not None:
@@ -641,13 +648,7 @@ def machine_steps_from_blob(case: Case, target, device, machine_factory) -> Mach
     problem = blob_problem(case)
     if problem is not None:
         raise CaseError(case.path, "reproduce_blob", f"cannot record steps: {problem}")
-    machine = machine_factory(target, device)
-    pinned = type(machine.__name__, (machine,), {})
-    reproduce_failure(HYPOTHESIS_VERSION, case.reproduce_blob.encode())(pinned)
-    exc, _ = _run_pinned(
-        lambda: run_state_machine_as_test(pinned, settings=settings(database=None, deadline=None)),
-        steps=True,
-    )
+    exc, _ = _run_machine_blob(case, target, device, machine_factory)
     recorded = machine_steps_of(exc)
     if recorded is None or not is_kill(exc):
         raise CaseError(case.path, "reproduce_blob", f"cannot record steps: on {target.spec} the "
