@@ -112,6 +112,20 @@ def test_progress_messages_add_up(supervisor):
     assert supervisor.stats[0].running == "lens" and supervisor.slots[0].ready
 
 
+def test_the_report_counts_pair_cells_under_reach_pairs(supervisor):
+    label = "pair padding x speculative decode: tail x 1 token a request"
+    progress = dataclasses.replace(EXAMPLE_MESSAGES[protocol.Progress],
+                                   reach={label: 5, "tokens T: 1": 5})
+    sent(supervisor, protocol.Ready(0), progress)
+    report = supervisor.report()
+    pairs = report["reach_pairs"]["padding x speculative decode"]
+    assert pairs["cells"]["tail x 1 token a request"] == 5
+    assert "none x 1 token a request" in pairs["never drawn"]
+    assert report["reach"]["tokens T"]["1"] == 5
+    left_out = report["reach_pairs"]["tokens T x decode/prefill mix"]["cells"]["0 x decode only"]
+    assert left_out.startswith("forbidden by the contract")
+
+
 def test_suite_errors_and_fatal_messages_reach_the_report(supervisor):
     sent(supervisor, EXAMPLE_MESSAGES[protocol.SuiteError], EXAMPLE_MESSAGES[protocol.Fatal])
     report = supervisor.report()

@@ -12,6 +12,7 @@ naming the property, the dimension and the bucket.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -25,31 +26,113 @@ from c128a.runners import killmatrix
 from c128a.runners.reach import (
     BUDGET_DEVICES,
     README_END,
+    README_PAIRS_END,
+    README_PAIRS_START,
     README_START,
     REACH_EXAMPLES,
+    ENGINE_PAIR_EXAMPLES,
     ci_profile_reach,
     ci_settings,
+    drawn_engine_reach,
     drawn_reach,
+    markdown_pairs,
     markdown_reach,
+    missing_pairs_text,
     missing_text,
+    pair_rows,
     reach_rows,
     unreached,
+    unreached_pairs,
 )
 from c128a.strategies import batches
 from c128a.strategies.budget import CPU_BUDGET, size_budget
+from c128a.strategies.pairs import BY_PAIR_NAME, DIMENSIONS as PAIR_DIMENSIONS, ENGINE_CELLS
+from c128a.strategies.pairs import PAIRS, expected_cells, pair_table, pairs_of
 from c128a.strategies.reach import DIMENSIONS, HISTORY, ONE_BUILD, beyond_budget, expected
 from helpers import fill_to_the_last_byte, small_tmpfs
 
 README = Path(__file__).parent.parent / "README.md"
 
 
+@functools.lru_cache(maxsize=None)
+def _draws(name: str, device: str):
+    """A property's 600 derandomised reach draws: the bucket and the pair
+    tests read the same draws, drawn once."""
+    return drawn_reach(PROPERTIES[name], device, ci_settings(REACH_EXAMPLES))
+
+
 @pytest.mark.parametrize("device", BUDGET_DEVICES)
 @pytest.mark.parametrize("name", list(PROPERTIES))
 def test_property_reaches_every_bucket(name, device):
     prop = PROPERTIES[name]
-    missing = unreached(prop, drawn_reach(prop, device, ci_settings(REACH_EXAMPLES)), device)
+    missing = unreached(prop, _draws(name, device), device)
     assert not missing, missing_text({(name, device): missing},
                                      f"{REACH_EXAMPLES} derandomised draws")
+
+
+@pytest.mark.parametrize("device", BUDGET_DEVICES)
+@pytest.mark.parametrize("name", list(PROPERTIES))
+def test_property_reaches_every_allowed_pair_cell(name, device):
+    """Every allowed cell of every pair the property reaches, small steps'
+    in its 600 reach draws, engine-scale steps' in 150 draws of engine-scale
+    steps (one step in 8 is one: 600 draws hold too few for every cell)."""
+    prop = PROPERTIES[name]
+    missing = unreached_pairs(prop, _draws(name, device), device, engine=False)
+    engine = unreached_pairs(prop, drawn_engine_reach(prop, device), device, engine=True)
+    assert not missing and not engine, "\n".join((
+        missing_pairs_text({(name, device): missing}, f"{REACH_EXAMPLES} derandomised draws"),
+        missing_pairs_text({(name, device): engine},
+                           f"{ENGINE_PAIR_EXAMPLES} derandomised engine-scale draws"),
+    ))
+
+
+def test_a_pair_cell_never_drawn_is_named_with_its_property_pair_and_cell():
+    small_only = dataclasses.replace(
+        PROPERTIES["matches_oracle"], name="small_only",
+        strategy=lambda target, max_tokens, budget: batches(target, max_tokens=8, layouts=False),
+    )
+    missing = unreached_pairs(small_only, drawn_reach(small_only, "cpu", ci_settings(50)), "cpu")
+    cell = ("buffer layout x width against need", ("one pool for both buffers", "C"))
+    assert cell in missing
+    assert ("tokens T x decode/prefill mix", ("above 8,192", "prefill only")) in missing
+    assert ("small_only: pair buffer layout x width against need: cell "
+            "'one pool for both buffers' x 'C' never drawn in 50 draws (cpu budget)") in (
+        missing_pairs_text({("small_only", "cpu"): missing}, "50 draws"))
+
+
+def test_the_model_names_every_cell_it_leaves_out_with_the_reason():
+    table = pair_table({}, size_budget("cpu"))
+    mix = table["tokens T x decode/prefill mix"]["cells"]
+    assert mix["0 x decode only"].startswith("forbidden by the contract: a step has no tokens")
+    assert mix["above 8,192 x decode only"].startswith("forbidden by the contract: 512 requests")
+    assert mix["65-1,024 x decode only"] == 0
+    capacity = table["capacity C x width W"]["cells"]
+    assert capacity["128 x 256-1,023"].startswith("forbidden by the contract: W <= C")
+    position = table["compress ratio R x position magnitude"]["cells"]
+    assert position["1 x 524,288 and more"].startswith("beyond the size budget: R = 1 holds")
+    every = sum(len(pair.cells()) for pair in PAIRS)
+    assert sum(len(entry["cells"]) for entry in table.values()) == every
+
+
+def test_a_property_that_leaves_a_dimension_out_leaves_its_pairs_out():
+    # The width policy reads R and the model length only: no pair.
+    assert pairs_of(PROPERTIES["width_policy"].reach) == ()
+    rejects = expected_cells(PROPERTIES["rejects_bad_input"].reach)
+    assert ("0", "no tokens") not in rejects["tokens T x decode/prefill mix"]
+    consumers = expected_cells(PROPERTIES["consumers"].reach)
+    assert ("65-1,024", "decode only") not in consumers["tokens T x decode/prefill mix"]
+    assert ("2-64", "decode only") in consumers["tokens T x decode/prefill mix"]
+
+
+def test_the_pair_table_shows_the_cells_never_drawn_first(tmp_path):
+    pair = BY_PAIR_NAME["padding x speculative decode"]
+    table = pair_table({pair.label(("tail", "1 token a request")): 3}, size_budget("cpu"))
+    assert table[pair.name]["cells"]["tail x 1 token a request"] == 3
+    assert "none x 1 token a request" in table[pair.name]["never drawn"]
+    with (tmp_path / "out").open("w") as out:
+        Console(file=out, width=400, color_system=None).print(pair_rows(table))
+    shown = (tmp_path / "out").read_text()
+    assert "tail x 1 token a request: 3" in shown and "none x 1 token a request" in shown
 
 
 def test_the_ci_profile_reaches_every_bucket():
@@ -72,6 +155,16 @@ def test_the_readme_shows_the_reach_table_of_these_strategies():
     assert shown, f"README.md has no {README_START} ... {README_END} markers"
     assert shown.group(1) == markdown_reach(PROPERTIES), (
         "README.md's reach table is stale: run c128a reach --update-readme README.md"
+    )
+
+
+def test_the_readme_shows_the_pair_table_of_these_strategies():
+    text = README.read_text()
+    shown = re.search(re.escape(README_PAIRS_START) + r"\n(.*)\n" + re.escape(README_PAIRS_END),
+                      text, re.DOTALL)
+    assert shown, f"README.md has no {README_PAIRS_START} ... {README_PAIRS_END} markers"
+    assert shown.group(1) == markdown_pairs(PROPERTIES), (
+        "README.md's reach table of pairs is stale: run c128a reach --update-readme README.md"
     )
 
 
@@ -114,10 +207,15 @@ def test_the_command_refuses_bad_options(argv, message, capsys):
 
 def test_each_property_names_only_dimensions_that_exist():
     names = {d.name for d in DIMENSIONS}
+    pair_names = set(BY_PAIR_NAME) | {ENGINE_CELLS}
     for prop in PROPERTIES.values():
-        assert set(prop.reach) <= names, prop.name
+        assert set(prop.reach) <= names | set(PAIR_DIMENSIONS) | pair_names, prop.name
         for dimension, buckets in prop.reach.items():
-            known = next(d for d in DIMENSIONS if d.name == dimension).buckets
+            if dimension in pair_names:
+                cells = () if dimension == ENGINE_CELLS else BY_PAIR_NAME[dimension].cells()
+                assert buckets is None or set(buckets) <= set(cells), (prop.name, dimension)
+                continue
+            known = PAIR_DIMENSIONS[dimension].buckets
             assert buckets is None or set(buckets) <= set(known), (prop.name, dimension)
     assert set(expected(ONE_BUILD)) == names - set(HISTORY)
     assert HISTORY == ("width history", "decode rows history", "prefill rows history",

@@ -41,6 +41,12 @@ from ..strategies.reach import (
     Exclusions,
     labels_of,
 )
+from ..strategies.pairs import (
+    DECODE_ONLY_PAIRS,
+    POLICY_WIDTHS_ONLY,
+    SMALL_STEPS,
+    pair_labels_of,
+)
 from .bad_input import check_rejects_bad_input
 from .compile_keys import check_compile_keys, has_keyed_launchers
 from .consumers import check_consumers, check_consumers_replayed
@@ -93,6 +99,7 @@ class Property:
         max_tokens: int | None = None,
         around: Around | None = None,
         examples: bool = True,
+        budget: SizeBudget | None = None,
     ) -> Callable[[], None]:
         """This property on ``target`` as a Hypothesis test: call it to run it.
 
@@ -102,12 +109,13 @@ class Property:
         ``run()`` (the check) and may do what a runner needs before and after.
         ``examples=False`` leaves out the historical steps (a replay pinned to
         one recorded example). Step sizes follow ``device``'s budget
-        (:func:`~c128a.strategies.budget.size_budget`). The test's database
+        (:func:`~c128a.strategies.budget.size_budget`), or ``budget`` when
+        given (the pair reach draws engine-scale steps only). The test's database
         key is the property's name, so every run, worker and machine sharing
         a database replays the failures of that property.
         """
         check = self.check
-        strategy = self.strategy(target, max_tokens, size_budget(device))
+        strategy = self.strategy(target, max_tokens, budget or size_budget(device))
         reach = self.reach
 
         def run_property(batch: Batch) -> None:
@@ -133,8 +141,9 @@ class Property:
 
 def observe(batch: Batch, reach: Exclusions = ONE_BUILD) -> None:
     """Report where the step falls in the input space (``event``, one per
-    dimension ``reach`` leaves in) and how big it was (``target``)."""
-    for label in labels_of(batch, reach):
+    dimension ``reach`` leaves in, and one per pair of dimensions,
+    :mod:`c128a.strategies.pairs`) and how big it was (``target``)."""
+    for label in labels_of(batch, reach) + pair_labels_of(batch, reach):
         event(label)
     for score, label in (
         (batch.num_tokens, "tokens"),
@@ -327,11 +336,13 @@ PROPERTIES: dict[str, Property] = {
         _property("other_geometries", _other_geometries, other_geometry_steps),
         _property("history_independent", check_history_independent, history_steps,
                   examples=tuple(SHAPE_HISTORY_EXAMPLES.values()), reach={}),
-        _property("consumers", check_consumers, consumer_steps, reach=CONSUMER_REACH),
+        _property("consumers", check_consumers, consumer_steps,
+                  reach={**CONSUMER_REACH, **SMALL_STEPS}),
         _property("consumers_replay", check_consumers_replayed, decode_only_steps,
-                  reach=REPLAY_REACH),
+                  reach={**REPLAY_REACH, **SMALL_STEPS, **DECODE_ONLY_PAIRS}),
         _property("compile_keys", check_compile_keys, engine_config_steps,
-                  unsupported=_needs_keyed_launchers, reach=COMPILE_KEY_REACH),
+                  unsupported=_needs_keyed_launchers,
+                  reach={**COMPILE_KEY_REACH, **SMALL_STEPS, **POLICY_WIDTHS_ONLY}),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""

@@ -1,10 +1,11 @@
 """``c128a reach``: where each property's strategy reaches in the input space.
 
 Draws each property's steps (nothing is built, no device is used) under each
-device's size budget and lists every bucket of every dimension a property
-should reach and did not. Exit status 1 when one is missing, 2 for a usage
-error. ``--markdown`` prints the README's reach table (the ci profile's
-draws), ``--update-readme`` writes it between the reach markers.
+device's size budget and lists every bucket of every dimension, and every
+allowed cell of every pair of dimensions (:mod:`c128a.strategies.pairs`), a
+property should reach and did not. Exit status 1 when one is missing, 2 for
+a usage error. ``--markdown`` prints the README's reach tables (the ci
+profile's draws), ``--update-readme`` writes them between their markers.
 """
 
 from __future__ import annotations
@@ -19,15 +20,20 @@ from ..runners.reach import (
     BUDGET_DEVICES,
     MAX_REACH_EXAMPLES,
     README_END,
+    README_PAIRS_END,
+    README_PAIRS_START,
     README_START,
     REACH_EXAMPLES,
+    markdown_pairs,
     markdown_reach,
+    missing_pairs_text,
     missing_text,
-    property_reach,
+    property_pair_reach,
 )
 
 
 README_TABLE = "the reach table"  # what --update-readme writes between the markers
+README_PAIRS_TABLE = "the reach table of pairs"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -62,18 +68,29 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.update_readme is not None:
         check_readme(args.update_readme, README_START, README_END, README_TABLE)
+        check_readme(args.update_readme, README_PAIRS_START, README_PAIRS_END, README_PAIRS_TABLE)
     properties = {name: PROPERTIES[name] for name in args.property or PROPERTIES}
     if args.markdown or args.update_readme is not None:
-        table = markdown_reach(properties)
+        table, pairs = markdown_reach(properties), markdown_pairs(properties)
         if args.markdown:
             print(table)
+            print()
+            print(pairs)
         if args.update_readme is not None:
             update_readme(args.update_readme, table, README_START, README_END, README_TABLE)
-    missing = {key: found for key, found in property_reach(properties, BUDGET_DEVICES,
-                                                           args.examples).items() if found}
+            update_readme(args.update_readme, pairs, README_PAIRS_START, README_PAIRS_END,
+                          README_PAIRS_TABLE)
+    reach = property_pair_reach(properties, BUDGET_DEVICES, args.examples)
+    missing = {key: found[0] for key, found in reach.items() if found[0]}
+    missing_pairs = {key: found[1] for key, found in reach.items() if found[1]}
+    draws = f"{args.examples} derandomised draws"
     if missing:
-        print(missing_text(missing, f"{args.examples} derandomised draws"))
+        print(missing_text(missing, draws))
+    if missing_pairs:
+        print(missing_pairs_text(missing_pairs, draws))
+    if missing or missing_pairs:
         return EXIT_FAILED
-    print(f"c128a reach: every property reached every bucket that applies to it in "
-          f"{args.examples} draws under the {' and '.join(BUDGET_DEVICES)} budgets")
+    print(f"c128a reach: every property reached every bucket and every allowed pair cell "
+          f"that applies to it in {args.examples} draws under the "
+          f"{' and '.join(BUDGET_DEVICES)} budgets")
     return EXIT_OK

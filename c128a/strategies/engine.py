@@ -16,6 +16,11 @@ compress ratios and block sizes over their whole range, buffers placed
 inside larger allocations, an earlier step's width narrower or wider than
 the step's (:mod:`.reach` names the buckets).
 
+A step first takes a row of the pair schedule (:mod:`.schedule`): the
+decisions of :func:`batches` (scale, geometry, model length, request
+counts, requests, width, padding, buffers), one function each, aim for the
+row's pair cells (:mod:`.pairs`).
+
 Every strategy shrinks towards the smallest engine step it can describe:
 fewer requests, shorter sequences, identity page numbers, no padding, the
 engine's R and B, fresh contiguous buffers, at a model length whose
@@ -61,6 +66,8 @@ from ..step import (
 )
 from .budget import ENGINE_TOKENS, MAX_REQUESTS, SizeBudget
 from .reach import floors_wrong, is_power_of_two
+from .pairs import PAIRS
+from .schedule import NO_STEER, Steer, schedule
 from .layout import (
     INDEX_BYTES,
     LAYOUT_BYTES,
@@ -193,34 +200,114 @@ class _Scale:
     tail_padding: bool = True
 
 
-def _scale(shape: Fields, budget: SizeBudget | None, small: _Scale) -> _Scale:
-    """The step's scale from the next 3 bytes of ``shape``: ``small`` (the
-    property's own size; zeros give it) or, one step in
-    ``budget.engine_one_in``, an engine-scale step of a token count drawn
-    log-uniformly in one of :data:`ENGINE_SCALES`, up to 512 requests, its
-    capacity held within ``budget.max_elements`` / tokens."""
-    pick, where = shape.uint(1), shape.uint(2)
-    if budget is None or pick % budget.engine_one_in != budget.engine_one_in - 1:
+ENGINE_BANDS = {"65-1,024": 0, "1,025-8,192": 1, "above 8,192": 2}
+"""The :data:`ENGINE_SCALES` band a steered token bucket asks for."""
+
+
+def _token_hint(steer: Steer) -> tuple[int, int]:
+    """The token counts an engine-scale step's pair cell is easiest to reach
+    at: many requests need several hundred tokens, a wide block table a
+    capacity the budget affords only below about 1,800 tokens, decode rows
+    above 64 beside a prefill of 65-1,024 tokens a total of 130-1,024."""
+    low, high = 1, 1 << 62
+    if steer.get("requests") == "257-512":
+        low = 290
+    if steer.get("prefill tokens") == "above 1,024":
+        low = 1_100
+    if steer.get("decode/prefill mix") == "decode only":
+        high = 3_800  # 480 decode requests of 8 tokens
+    if steer.get("block-table width M") == "above 256":
+        high = 1_700
+    if steer.get("prefill tokens") == "65-1,024":
+        high = 1_024
+        if steer.get("decode rows") == "above 64":
+            low = 500
+    return low, high
+
+
+def is_engine_scale(pick: int, budget: SizeBudget | None) -> bool:
+    """Whether a step is engine-scale: one ``pick`` byte in ``budget.engine_one_in``."""
+    return budget is not None and pick % budget.engine_one_in == budget.engine_one_in - 1
+
+
+def _scale(pick: int, where: int, budget: SizeBudget | None, small: _Scale,
+           steer: Steer = NO_STEER) -> _Scale:
+    """The step's scale from the shape's first 3 bytes (``pick``,
+    ``where``): ``small`` (the property's own size; zeros give it) or, one
+    step in ``budget.engine_one_in``, an engine-scale step of a token count
+    drawn log-uniformly in one of :data:`ENGINE_SCALES` (the band
+    ``steer``'s token bucket names, when it names one), up to 512 requests,
+    its capacity held within ``budget.max_elements`` / tokens."""
+    engine = is_engine_scale(pick, budget)
+    tokens_wanted = steer.get("tokens T")
+    if steer.get("decode/prefill mix") == "no tokens":
+        tokens_wanted = "0"
+    if not engine:
         # A step of one token (one decode token, or one prefill token) now
         # and then: random byte strings seldom stop there on their own.
+        if tokens_wanted == "0":
+            return dataclasses.replace(small, tokens=0, tail_padding=False)
         single = where % SINGLE_TOKEN_ONE_IN == SINGLE_TOKEN_ONE_IN - 1
-        if single:
+        if tokens_wanted == "1" or (single and tokens_wanted is None):
             return dataclasses.replace(small, tokens=min(small.tokens, 1), tail_padding=False)
         return small
-    low, high = ENGINE_SCALES[pick // budget.engine_one_in % len(ENGINE_SCALES)]
+    hint_low, hint_high = _token_hint(steer)
+    band = ENGINE_BANDS.get(tokens_wanted)
+    if band is None:
+        # A band the steer's token hint meets, else any.
+        bands = [i for i, (low, high) in enumerate(ENGINE_SCALES)
+                 if low <= hint_high and (high is None or high >= hint_low)]
+        bands = bands or list(range(len(ENGINE_SCALES)))
+        band = bands[pick // budget.engine_one_in % len(bands)]
+    low, high = ENGINE_SCALES[band]
     high = budget.max_tokens if high is None else min(high, budget.max_tokens)
+    if max(low, hint_low) <= min(high, hint_high):
+        low, high = max(low, hint_low), min(high, hint_high)
     tokens = round(low * (high / low) ** (where / 0xFFFF))
-    # Tail padding adds up to 8 tokens, and the buffers a few rows.
-    room = tokens + 2 * MAX_QUERY_TOKENS_PER_DECODE
-    capacity = budget.max_elements // room // WIDTH_ALIGNMENT * WIDTH_ALIGNMENT
+    least = _elements_wanted(steer, budget)
+    if least:
+        tokens = _tokens_for_elements(tokens, low, high, budget, least)
     return _Scale(
         tokens=tokens,
         max_decode_requests=min(MAX_REQUESTS - ENGINE_PREFILL_REQUESTS, tokens),
         max_prefill_requests=ENGINE_PREFILL_REQUESTS,
         max_prefill_chunk=tokens,
         engine=True,
-        max_capacity=max(WIDTH_ALIGNMENT, min(MAX_CAPACITY, capacity)),
+        max_capacity=_widest_capacity(tokens, budget),
     )
+
+
+def _widest_capacity(tokens: int, budget: SizeBudget) -> int:
+    """The largest C an engine-scale step of ``tokens`` tokens may have:
+    T x C within the budget's elements, tail padding (8 tokens) and a few
+    rows of room included."""
+    room = tokens + 2 * MAX_QUERY_TOKENS_PER_DECODE
+    capacity = budget.max_elements // room // WIDTH_ALIGNMENT * WIDTH_ALIGNMENT
+    return max(WIDTH_ALIGNMENT, min(MAX_CAPACITY, capacity))
+
+
+def _elements_wanted(steer: Steer, budget: SizeBudget) -> int | None:
+    """The fewest elements T x W the steer's elements bucket asks for, or,
+    where the budget stops below that bucket, the first element edge past
+    a million that it affords (the interpreter's budget reaches
+    1,048,577-8,388,608 only, so a row asking for more builds the most it can)."""
+    least = ELEMENTS_AT_LEAST.get(steer.get("elements T x W"))
+    if least is None or least <= budget.max_elements:
+        return least
+    affordable = [edge for edge in ELEMENTS_AT_LEAST.values() if edge <= budget.max_elements]
+    return max(affordable, default=None)
+
+
+def _tokens_for_elements(tokens: int, low: int, high: int, budget: SizeBudget,
+                         least: int) -> int:
+    """The token count in [low, high] nearest ``tokens`` whose widest build
+    (T x the widest C, :func:`_widest_capacity`) holds at least ``least``
+    elements; ``tokens`` when none within 4,096 of it does."""
+    for step in range(4_096):
+        for candidate in (tokens - step, tokens + step):
+            if low <= candidate <= high and candidate * _widest_capacity(candidate, budget) >= least:
+                return candidate
+    return tokens
 
 
 @functools.lru_cache(maxsize=64)
@@ -508,101 +595,59 @@ def _batches(
 ) -> Batch:
     # What differs from the engine's usual step comes first, in its own
     # bytes: zeros give the small step, the engine's R and B, fresh buffers.
-    shape = Fields(draw(st.binary(min_size=SHAPE_BYTES, max_size=SHAPE_BYTES)))
-    scale = _scale(shape, budget, small)
-    geometry_pick, ratio_kind, ratio_value = shape.uint(1), shape.uint(1), shape.uint(2)
-    block_kind, block_value = shape.uint(1), shape.uint(2)
-    drawn_geometry = max_model_len is None and (
-        geometries or geometry_pick % GEOMETRY_ONE_IN == GEOMETRY_ONE_IN - 1
-    )
-    ratio = _ratio(ratio_kind, ratio_value) if drawn_geometry else COMPRESS_RATIO
-    layout_kind, layout_offset, layout_padding = shape.uint(1), shape.uint(1), shape.uint(2)
-    prior_kind, prior_value = shape.uint(1), shape.uint(1)
-
-    layout = Fields(draw(st.binary(min_size=LAYOUT_BYTES, max_size=LAYOUT_BYTES)))
-    longest = min(MAX_MODEL_LEN, scale.max_capacity * ratio)
-    model_len = _model_len(layout, longest, ratio)
-    if scale.engine:
-        # Long enough that the step's prefill requests can hold its tokens.
-        shortest = min(longest, -(-scale.tokens // scale.max_prefill_requests))
-        if model_len < shortest:
-            model_len = shortest + model_len % (longest - shortest + 1)
-    model_len = max_model_len or model_len
-    capacity = target_capacity(target, model_len, ratio)
-    block_size = _block_size(block_kind, block_value, capacity) if drawn_geometry else BLOCK_SIZE
-
-    min_prefill = min_prefill_requests
-    if scale.engine:
-        # Enough prefill requests, each within the model length, for the
-        # tokens that decode requests (8 tokens each at most) cannot hold.
-        beyond_decode = scale.tokens - scale.max_decode_requests * MAX_QUERY_TOKENS_PER_DECODE
-        min_prefill = max(min_prefill, min(-(-max(beyond_decode, 0) // model_len),
-                                           scale.max_prefill_requests))
-    max_prefill = max(min_prefill, scale.max_prefill_requests)
-    decode_count = layout.between(2, min_decode_requests,
-                                  max(min_decode_requests, scale.max_decode_requests))
-    prefill_count = layout.between(2, min_prefill, max_prefill)
-    size = (decode_count + prefill_count) * REQUEST_BYTES
+    shape = draw(st.binary(min_size=SHAPE_BYTES, max_size=SHAPE_BYTES))
+    layout_bytes = draw(st.binary(min_size=LAYOUT_BYTES, max_size=LAYOUT_BYTES))
+    plan = functools.partial(
+        _plan, shape, layout_bytes, target=target, max_model_len=max_model_len, small=small,
+        min_decode_requests=min_decode_requests, min_prefill_requests=min_prefill_requests,
+        geometries=geometries, budget=budget)
+    # The records' size is the unsteered step's: a steer never changes what
+    # is drawn, only what the bytes decode to (.schedule says why).
+    size = plan(NO_STEER).records_size
     records = draw(st.binary(min_size=size, max_size=size))
-    max_tokens = scale.tokens
-    decode = _requests_from_bytes(
-        records[: decode_count * REQUEST_BYTES],
-        max_tokens - min_prefill,
-        MAX_QUERY_TOKENS_PER_DECODE,
-        model_len,
-        ratio,
-    )
-    used = sum(r.query_len for r in decode)
-    prefill = _requests_from_bytes(
-        records[decode_count * REQUEST_BYTES :], max_tokens - used, scale.max_prefill_chunk,
-        model_len, ratio, fill=scale.engine,
-    )
+    decode = functools.partial(
+        _decoded, records=records, seed=shape + layout_bytes, target=target, width=width,
+        widths=widths, padding=padding, max_buffer_rows=max_buffer_rows, layouts=layouts,
+        prior_widths=prior_widths)
+    batch = decode(plan(NO_STEER))
+    unmet = _unmet(schedule_row(shape, layout_bytes, is_engine_scale(shape[0], budget)),
+                   batch, budget)
+    return decode(plan(unmet)) if unmet else batch
+
+
+def _unmet(row: Steer, batch: Batch, budget: SizeBudget | None) -> Steer:
+    """The part of ``row`` the unsteered ``batch`` does not already meet: a
+    cell it is in, or an element count it reaches, is left as drawn, so a
+    steer changes a step only where the row asks for something else."""
+    wants = dict(row.wants)
+    for pair in PAIRS:
+        if pair.first in wants and pair.second in wants:
+            if pair.cell_of(batch) == (wants[pair.first], wants[pair.second]):
+                del wants[pair.first], wants[pair.second]
+    least = _elements_wanted(row, budget) if budget is not None else None
+    if least is not None and batch.num_tokens * batch.width >= least:
+        del wants["elements T x W"]
+    return Steer(tuple(wants.items()))
+
+
+def _decoded(plan: "_Plan", *, records, seed, target, width, widths, padding, max_buffer_rows,
+             layouts, prior_widths) -> Batch:
+    """The step ``plan`` and the request ``records`` describe: requests,
+    width, padding, block table and buffers read from the layout's bytes."""
+    steer, scale, ratio, layout = plan.steer, plan.scale, plan.ratio, plan.layout
+    model_len, capacity, block_size = plan.model_len, plan.capacity, plan.block_size
+    layout_kind, layout_offset, layout_padding, prior_kind, prior_value = plan.shape_rest
+    decode, prefill = _requests(_stretched(records, plan.records_size, seed), plan.decode_count,
+                                scale, plan.min_prefill, model_len, ratio, block_size, steer)
     real_positions = [p for r in decode + prefill for p in r.step().positions]
     real_requests = [i for i, r in enumerate(decode + prefill) for _ in range(r.query_len)]
     real_tokens = len(real_positions)
     max_seq_len = max((r.seq_len for r in decode + prefill), default=0)
 
-    width_kind, width_value = layout.uint(1), layout.uint(2)
-    if width is None:
-        width = target_width(target, max_seq_len, ratio, capacity)
-        aligned = capacity // WIDTH_ALIGNMENT
-        choice = width_kind % 3 if widths == "any" and aligned >= 1 else 0
-        if choice == 1 and width > WIDTH_ALIGNMENT:
-            # Narrower than the batch needs: n(t) = min(., W) clamps.
-            narrower = width // WIDTH_ALIGNMENT - 1
-            width = (1 + width_value % narrower) * WIDTH_ALIGNMENT
-        elif choice >= 1:  # any width the policy can reach, C included
-            reachable = policy.reachable_widths(capacity)
-            width = reachable[width_value % len(reachable)]
-    # CUDA-graph padding at the tail: stale copies of real tokens' requests
-    # with their positions or earlier ones, a negative slot. In a
-    # decode-only step they are decode tokens. The count's byte also picks
-    # the padding slot (PADDING_SLOTS; -1 for small bytes) and, from its
-    # top values, positions staler and larger than the request's own
-    # (STALE_LARGE_TAIL_BYTE): one byte, so saved byte strings keep their meaning.
-    tail_byte = layout.uint(1)
-    tail = tail_byte % (MAX_QUERY_TOKENS_PER_DECODE + 1)
+    width = _width(layout, target, width, widths, max_seq_len, ratio, capacity, steer)
+    tail_byte, tail_draws, inside, extra_slots = _padding_draws(
+        layout, padding and scale.tail_padding, padding, real_tokens, steer)
     tail_slot = PADDING_SLOTS[tail_byte // (MAX_QUERY_TOKENS_PER_DECODE + 1) % len(PADDING_SLOTS)]
-    pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
-    tail = tail if padding and scale.tail_padding and real_tokens else 0
-    tail_draws = [
-        (uint(pads[start : start + 2]) % real_tokens, uint(pads[start + 2 : start + PAD_BYTES]))
-        for start in range(0, tail * PAD_BYTES, PAD_BYTES)
-    ]
-    inside_byte = layout.uint(1)
-    inside_count = inside_byte % (MAX_INSIDE_PADDING + 1)
-    inside_slot = PADDING_SLOTS[inside_byte // (MAX_INSIDE_PADDING + 1) % len(PADDING_SLOTS)]
-    picks = layout.take(MAX_INSIDE_PADDING * INDEX_BYTES)
-    inside: dict[int, int] = {}
-    if padding and real_tokens:
-        for start in range(0, inside_count * INDEX_BYTES, INDEX_BYTES):
-            inside.setdefault(uint(picks[start : start + INDEX_BYTES]) % real_tokens, inside_slot)
-    junk_count = layout.uint(1) % (MAX_JUNK_SLOTS + 1)
-    junk_slots = layout.take(MAX_JUNK_SLOTS * SLOT_BYTES)
-    extra_slots = [
-        signed(uint(junk_slots[start : start + SLOT_BYTES]), 2**20)
-        for start in range(0, junk_count * SLOT_BYTES, SLOT_BYTES)
-    ]
 
     # The engine's table covers the whole sequence, whatever the width.
     table = _block_table(
@@ -624,29 +669,9 @@ def _batches(
     row_stride = table_width + 1 + extra_stride % 64 if table and wider_table & 1 else 0
 
     num_tokens = real_tokens + len(tail_padding)
-    rows_drawn = layout.uint(2)
-    # Sometimes a wider prefill buffer: its row stride then differs from the
-    # decode buffer's, so a builder that mixes the two up writes wrong rows.
-    prefill_extra = 128 if layout.uint(1) % 4 == 3 else 0
-    if layout.offset != LAYOUT_BYTES:
-        raise HarnessError(f"the layout read {layout.offset} bytes, not its {LAYOUT_BYTES}")
-    buffer_offset, row_padding, pooled = _buffer_layout(
-        layout_kind, layout_offset, layout_padding, capacity, layouts
-    )
-    least_rows = max(num_tokens, 1)
-    # An engine-scale step's wider rows stay within what a case may hold.
-    room = MAX_BUFFER_ELEMENTS // least_rows - capacity
-    prefill_extra = prefill_extra if prefill_extra <= room else 0
-    row_padding = max(min(row_padding, room - prefill_extra), 0)
-    row_length = capacity + prefill_extra + row_padding
-    most_rows = max(max_buffer_rows, num_tokens + MAX_QUERY_TOKENS_PER_DECODE if scale.engine else 0)
-    most_rows = max(min(most_rows, MAX_BUFFER_ELEMENTS // row_length), least_rows)
-    buffer_rows = least_rows + rows_drawn % (most_rows - least_rows + 1)
-    if buffer_rows * row_length > MAX_BUFFER_ELEMENTS:
-        raise HarnessError(
-            f"a drawn step's buffers need {buffer_rows} x {row_length} elements, more than a "
-            f"case may hold ({MAX_BUFFER_ELEMENTS:,}): the size budget let T x C grow too far"
-        )
+    buffer_offset, row_padding, pooled, prefill_extra, buffer_rows = _buffers(
+        layout, (layout_kind, layout_offset, layout_padding), capacity, num_tokens,
+        max_buffer_rows, scale.engine, layouts, steer)
 
     prior_width = _prior_width(prior_kind, prior_value, width, capacity) if prior_widths else 0
     return assemble_batch(
@@ -667,6 +692,455 @@ def _batches(
         buffer_layout=BufferLayout(buffer_offset, row_padding, pooled),
         prior_width=prior_width,
     )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a step's shape and layout bytes decide before its requests are
+    read: the scale, R, the model length, C, B and the request counts, for
+    one steer (the layout's fields read so far stay in ``layout``)."""
+
+    steer: Steer
+    scale: _Scale
+    ratio: int
+    model_len: int
+    capacity: int
+    block_size: int
+    decode_count: int
+    prefill_count: int
+    min_prefill: int
+    layout: Fields
+    shape_rest: tuple[int, int, int, int, int]
+
+    @property
+    def records_size(self) -> int:
+        return (self.decode_count + self.prefill_count) * REQUEST_BYTES
+
+
+def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_len, small,
+          min_decode_requests, min_prefill_requests, geometries, budget) -> _Plan:
+    """The step's :class:`_Plan` from its shape and layout bytes under ``steer``."""
+    fields, layout = Fields(shape), Fields(layout_bytes)
+    pick, where = fields.uint(1), fields.uint(2)
+    scale = _scale(pick, where, budget, small, steer)
+    ratio, block_pick = _geometry(fields, geometries and max_model_len is None,
+                                  max_model_len is None, steer)
+    shape_rest = (fields.uint(1), fields.uint(1), fields.uint(2), fields.uint(1), fields.uint(1))
+    model_len = _model_length(layout, scale, ratio, steer,
+                              block_pick[0] if block_pick else BLOCK_SIZE)
+    model_len = max_model_len or model_len
+    capacity = target_capacity(target, model_len, ratio)
+    block_size = _block_size(block_pick[1], block_pick[2], capacity) if block_pick else BLOCK_SIZE
+    decode_count, prefill_count, min_prefill = _request_counts(
+        layout, scale, model_len, min_decode_requests, min_prefill_requests, steer)
+    return _Plan(steer, scale, ratio, model_len, capacity, block_size, decode_count,
+                 prefill_count, min_prefill, layout, shape_rest)
+
+
+def _stretched(records: bytes, size: int, seed: bytes) -> bytes:
+    """``records`` cut or lengthened to ``size`` bytes: a steer that asks for
+    more requests than were drawn reads the drawn records again, each pass
+    shifted by one, (``seed``, the step's other bytes, when none were drawn)."""
+    source = records or seed
+    if size <= len(records):
+        return records[:size]
+    extra = bytes((source[i % len(source)] + 1 + i // len(source)) % 256
+                  for i in range(size - len(records)))
+    return records + extra
+
+
+STEER_ONE_IN = 2
+"""One step in this many aims for a row of the schedule; the others (and
+every step whose geometry byte is 0, where shrinking ends) are drawn as if
+there were none."""
+
+
+GEOMETRY_PICK_AT = 3
+"""Where the shape's geometry byte sits (after the scale's 3 bytes): its
+lowest bit picks whether R and B are drawn, the bits above it the steer."""
+
+
+def schedule_row(shape: bytes, layout: bytes, engine: bool) -> Steer:
+    """The row of the pair schedule (:func:`.schedule.schedule`) a step
+    aims for (one step in :data:`STEER_ONE_IN`), or
+    :data:`~.schedule.NO_STEER`: by the bits of the geometry byte its own
+    choice leaves unread, the row by those bits offset by the sum of the step's
+    shape and layout bytes. No byte is drawn for it: the choice sequence of
+    every step is what it was without a schedule, an unsteered step decodes
+    to the same value, and zeros (where shrinking ends) steer nothing. The
+    offset spreads the rows although Hypothesis favours zeros and repeats
+    values it drew before."""
+    selector = shape[GEOMETRY_PICK_AT] >> 1
+    if selector % STEER_ONE_IN != STEER_ONE_IN - 1:
+        return NO_STEER
+    rows = schedule(engine)
+    return rows[(selector // STEER_ONE_IN + sum(shape) + sum(layout)) % len(rows)]
+
+
+RATIO_KINDS = {"128": 0, "1": 1, "power of two 2-64": 2, "power of two above 128": 3,
+               "not a power of two": 4}
+"""The :func:`_ratio` kind of each compress-ratio bucket."""
+
+BLOCK_KINDS = {"2": 0, "1": 1, "power of two 4-128": 2, "above 128": 3,
+               "not a power of two": 4}
+"""The :func:`_block_size` kind of each block-size bucket."""
+
+
+def _geometry(shape: Fields, always: bool, allowed: bool, steer: Steer):
+    """The step's R, and (B's kind, its value, ...) to draw B from once C is
+    known (None: the engine's B). Drawn one step in :data:`GEOMETRY_ONE_IN`,
+    always with ``always``, never unless ``allowed`` (a given model length:
+    steps sharing buffers share R and B), and whenever ``steer`` names a
+    ratio or block-size bucket."""
+    geometry_pick, ratio_kind, ratio_value = shape.uint(1), shape.uint(1), shape.uint(2)
+    block_kind, block_value = shape.uint(1), shape.uint(2)
+    wanted_ratio, wanted_block = steer.get("compress ratio R"), steer.get("block size B")
+    drawn = allowed and (always or geometry_pick % GEOMETRY_ONE_IN == GEOMETRY_ONE_IN - 1
+                         or wanted_ratio is not None or wanted_block is not None)
+    if not drawn:
+        return COMPRESS_RATIO, None
+    if wanted_ratio is not None:
+        ratio_kind = RATIO_KINDS[wanted_ratio]
+    elif wanted_block is not None:
+        ratio_kind = 0  # the block size's pair is about B: the engine's R
+    if wanted_block is not None:
+        block_kind = BLOCK_KINDS[wanted_block]
+    elif wanted_ratio is not None:
+        block_kind = 0
+    elif steer.get("block-table width M") in ("17-256", "above 256"):
+        # Hundreds of pages need short blocks and a ratio that leaves
+        # entries enough within the budget's capacity: B = 1 or 2, R = 128.
+        block_kind, ratio_kind = block_kind % 2, 0
+    ratio = _ratio(ratio_kind, ratio_value)
+    if ratio_kind % 5 == 2 and steer.get("position magnitude") == "65,536-524,287":
+        ratio = 1 << (4 + ratio_value % 3)  # 16 to 64: C <= 8,192 holds such positions
+    # The block size needs C; its smallest value bounds the model length's steer.
+    least_block = {0: BLOCK_SIZE, 1: 1, 2: 4, 3: WIDTH_ALIGNMENT + 1, 4: 3}[block_kind % 5]
+    return ratio, (least_block, block_kind, block_value)
+
+
+def _length_range(steer: Steer, ratio: int, block_size: int) -> tuple[int, int | None, bool]:
+    """(least, most or None, whether a request should reach the model length)
+    of the model length ``steer`` asks for."""
+    least, most, longest = 1, None, False
+    magnitude = steer.get("position magnitude")
+    if magnitude == "below 65,536":
+        most = 65_536
+    elif magnitude == "65,536-524,287":
+        least, most, longest = 65_537, 524_288, True
+    elif magnitude == "524,288 and more":
+        least, longest = 524_289, True
+    capacity = steer.get("capacity C")
+    if capacity == "128":
+        most = WIDTH_ALIGNMENT * ratio
+    elif capacity is not None:
+        least = max(least, WIDTH_ALIGNMENT * ratio + 1)
+    table = steer.get("block-table width M")
+    if table == "1-16":
+        most = min(most or MAX_MODEL_LEN, 12 * block_size * ratio)
+    elif table == "17-256":
+        least, longest = max(least, 17 * block_size * ratio), True
+        most = min(most or MAX_MODEL_LEN, 250 * block_size * ratio)
+    elif table == "above 256":
+        least, longest = max(least, 257 * block_size * ratio), True
+    wide = steer.get("width W")
+    if wide in ("1,024-8,191", "8,192 and more"):
+        least = max(least, (1_024 if wide == "1,024-8,191" else 8_191) * ratio + 1)
+    against = steer.get("width against need")
+    if against == "narrower than the longest list (clamps)":
+        least, longest = max(least, 2 * WIDTH_ALIGNMENT * ratio + 1), True
+    elif against == "wider than the policy's, below C":
+        least = max(least, 2 * WIDTH_ALIGNMENT * ratio + 1)
+    if steer.get("longest decode list against B") == "longer than one block":
+        least, longest = max(least, (block_size + 1) * ratio), True
+    return least, most, longest
+
+
+ELEMENTS_AT_LEAST = {"1,048,577-8,388,608": 1_048_577, "above 8,388,608": 8_388_609}
+"""The fewest elements T x W of each engine-scale elements bucket."""
+
+
+def _model_length(layout: Fields, scale: _Scale, ratio: int, steer: Steer,
+                  block_size: int) -> int:
+    """The step's ``max_model_len``: :func:`_model_len` within what the
+    scale's capacity allows, long enough for an engine-scale step's prefill
+    requests, and within the range ``steer`` asks for where it fits."""
+    longest = min(MAX_MODEL_LEN, scale.max_capacity * ratio)
+    model_len = _model_len(layout, longest, ratio)
+    shortest = 1
+    if scale.engine:
+        # Long enough that the step's prefill requests can hold its tokens.
+        shortest = min(longest, -(-scale.tokens // scale.max_prefill_requests))
+        if model_len < shortest:
+            model_len = shortest + model_len % (longest - shortest + 1)
+    least, most, _ = _length_range(steer, ratio, block_size)
+    least, most = max(least, shortest), min(most or longest, longest)
+    elements = ELEMENTS_AT_LEAST.get(steer.get("elements T x W"))
+    if elements and scale.tokens:
+        # Columns enough that T x C passes the bucket's edge (W = C then),
+        # where the rest of the steer and the budget leave room for them.
+        columns = -(-elements // scale.tokens)
+        least = max(least, min(-(-columns // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT * ratio, most))
+    if least <= most and not least <= model_len <= most:
+        model_len = least + model_len % (most - least + 1)
+    if steer.get("capacity C") == "a power of two above 128":
+        tiles = -(-model_len // ratio // WIDTH_ALIGNMENT)
+        for power in (1 << max(1, (tiles - 1).bit_length()), 1 << max(1, tiles.bit_length() - 1)):
+            if WIDTH_ALIGNMENT * ratio * power <= longest:
+                model_len = WIDTH_ALIGNMENT * ratio * power
+                break
+    elif steer.get("capacity C") == "not a power of two":
+        tiles = -(-model_len // ratio // WIDTH_ALIGNMENT)
+        if is_power_of_two(tiles) and WIDTH_ALIGNMENT * ratio * (tiles + 1) <= longest:
+            model_len = WIDTH_ALIGNMENT * ratio * (tiles + 1)
+    return model_len
+
+
+def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: int,
+                    min_prefill: int, steer: Steer) -> tuple[int, int, int]:
+    """(decode requests, prefill requests, the least prefill requests): drawn
+    in the scale's bounds, the bounds narrowed to what ``steer``'s mix,
+    decode rows, prefill tokens and request count ask for where the
+    property's own bounds allow."""
+    if scale.engine:
+        # Enough prefill requests, each within the model length, for the
+        # tokens that decode requests (8 tokens each at most) cannot hold.
+        beyond_decode = scale.tokens - scale.max_decode_requests * MAX_QUERY_TOKENS_PER_DECODE
+        min_prefill = max(min_prefill, min(-(-max(beyond_decode, 0) // model_len),
+                                           scale.max_prefill_requests))
+    max_prefill = max(min_prefill, scale.max_prefill_requests)
+    max_decode = max(min_decode, scale.max_decode_requests)
+    low_d, high_d, low_p, high_p = min_decode, max_decode, min_prefill, max_prefill
+    mix, rows = steer.get("decode/prefill mix"), steer.get("decode rows")
+    prefill_tokens, requests = steer.get("prefill tokens"), steer.get("requests")
+    if mix == "decode only" or prefill_tokens == "0":
+        high_p = low_p
+    if mix == "prefill only" or rows == "0":
+        high_d = low_d
+    if mix in ("decode only", "decode + prefill") or rows in ("1-64", "above 64"):
+        low_d = max(low_d, 1)
+    if mix in ("prefill only", "decode + prefill") or prefill_tokens not in (None, "0"):
+        low_p = max(low_p, 1)
+    if rows == "1-64":
+        high_d = min(high_d, 64 // MAX_QUERY_TOKENS_PER_DECODE)
+    elif rows == "above 64":
+        low_d = max(low_d, 65)
+        if prefill_tokens == "65-1,024" and requests != "257-512":
+            high_d = min(high_d, 80)  # room left for the prefill tokens
+    if prefill_tokens in ("65-1,024", "above 1,024") and rows != "above 64":
+        high_d = min(high_d, 8)  # a long prefill beside a few decode tokens
+    if scale.engine and (mix == "decode only" or prefill_tokens in ("0", "1-64")):
+        # Decode requests (8 tokens each at most) that hold the step's tokens.
+        low_d = max(low_d, min(-(-scale.tokens // MAX_QUERY_TOKENS_PER_DECODE), high_d))
+    if requests == "1":
+        # One decode request (the pair is about its block table), or one
+        # prefill request where the property needs one.
+        if min_prefill:
+            low_d, high_d, high_p = 0, 0, 1
+        else:
+            low_d, high_d, high_p = 1, 1, 0
+    elif requests == "2-16":
+        high_d, high_p = min(high_d, 8), min(high_p, 8)
+    elif requests == "17-256":
+        low_d, high_d = max(low_d, 17), min(high_d, 224)
+    elif requests == "257-512":
+        low_d = max(low_d, 257)
+    # The property's own bounds win over a steer they cannot meet.
+    low_d, high_d = max(low_d, min_decode), min(high_d, max_decode)
+    low_p, high_p = max(low_p, min_prefill), min(high_p, max_prefill)
+    if low_d > high_d:
+        low_d, high_d = min_decode, max_decode
+    if low_p > high_p:
+        low_p, high_p = min_prefill, max_prefill
+    if scale.engine:
+        # Prefill requests enough for what the steered decode requests leave.
+        left = scale.tokens - high_d * MAX_QUERY_TOKENS_PER_DECODE
+        low_p = min(max(low_p, -(-max(left, 0) // model_len)), high_p)
+    decode_count = layout.between(2, low_d, high_d)
+    prefill_count = layout.between(2, low_p, high_p)
+    return decode_count, prefill_count, low_p
+
+
+def _requests(records: bytes, decode_count: int, scale: _Scale, min_prefill: int,
+              model_len: int, ratio: int, block_size: int, steer: Steer):
+    """(decode requests, prefill requests) from their records, within the
+    scale's tokens; ``steer`` may ask for speculative decoding (several
+    tokens for the first decode request) or not, for the first request to
+    reach the model length, or for decode lists within one block."""
+    speculative = steer.get("speculative decode")
+    decode_query = 1 if speculative == "1 token a request" else MAX_QUERY_TOKENS_PER_DECODE
+    if steer.get("requests") == "257-512":
+        # Hundreds of decode requests share the step's tokens.
+        decode_query = min(decode_query, max(1, scale.tokens // 300))
+    decode_len = model_len
+    against = steer.get("longest decode list against B")
+    if against == "0 entries":
+        decode_len = min(model_len, max(ratio - 1, 1))
+    elif against == "within one block":
+        decode_len = min(model_len, (block_size + 1) * ratio - 1)
+    prefill_wanted = steer.get("prefill tokens")
+    decode = _requests_from_bytes(
+        records[: decode_count * REQUEST_BYTES],
+        scale.tokens - min_prefill,
+        decode_query,
+        decode_len,
+        ratio,
+        fill=scale.engine and (steer.get("decode/prefill mix") == "decode only"
+                               or prefill_wanted in ("0", "1-64")),
+    )
+    room = scale.tokens - min_prefill - sum(r.query_len for r in decode)
+    if (speculative == "2-8 tokens a request" and decode and decode[0].query_len == 1
+            and room >= 1 and decode_len >= 2):
+        decode[0] = _Request(max(decode[0].seq_len, 2), 2)
+    used = sum(r.query_len for r in decode)
+    prefill_budget = scale.tokens - used
+    if prefill_wanted == "1-64":
+        prefill_budget = min(prefill_budget, 64)
+    prefill = _requests_from_bytes(
+        records[decode_count * REQUEST_BYTES :], prefill_budget, scale.max_prefill_chunk,
+        model_len, ratio, fill=scale.engine,
+    )
+    if against == "within one block" and decode and decode[0].query_len <= decode_len:
+        decode[0] = _Request(decode_len, decode[0].query_len)  # n(t) = B exactly
+    if _length_range(steer, ratio, block_size)[2]:
+        # The longest request reaches the model length: its last position is L - 1.
+        for group in (decode, prefill):
+            if group and group[0].query_len <= decode_len:
+                group[0] = _Request(max(decode_len if group is decode else model_len,
+                                        group[0].query_len), group[0].query_len)
+                break
+    return decode, prefill
+
+
+WIDTH_CHOICES = {"the policy's width": 0, "narrower than the longest list (clamps)": 1,
+                 "wider than the policy's, below C": 2, "C": 2}
+"""The width choice of each width-against-need bucket (2: any width the
+policy can reach; the bucket then picks among them)."""
+
+
+def _width(layout: Fields, target, width, widths: str, max_seq_len: int, ratio: int,
+           capacity: int, steer: Steer) -> int:
+    """W: the given one, the target's policy for the batch's longest sequence,
+    or (``widths="any"``, two choices in three) a multiple of 128 narrower
+    than that or any width the policy can reach for C, C included; ``steer``
+    picks the choice and, among reachable widths, the bucket it names."""
+    width_kind, width_value = layout.uint(1), layout.uint(2)
+    if width is not None:
+        return width
+    width = target_width(target, max_seq_len, ratio, capacity)
+    aligned = capacity // WIDTH_ALIGNMENT
+    choice = width_kind % 3 if widths == "any" and aligned >= 1 else 0
+    against, wanted = steer.get("width against need"), steer.get("width W")
+    if steer.get("elements T x W") in ELEMENTS_AT_LEAST:
+        against = "C"  # the widest build of the step
+    if widths == "any" and aligned >= 1:
+        if against is not None:
+            choice = WIDTH_CHOICES[against]
+        elif wanted is not None:
+            choice = 2
+    if choice == 1 and width > WIDTH_ALIGNMENT:
+        # Narrower than the batch needs: n(t) = min(., W) clamps.
+        narrower = width // WIDTH_ALIGNMENT - 1
+        return (1 + width_value % narrower) * WIDTH_ALIGNMENT
+    if choice >= 1:  # any width the policy can reach, C included
+        reachable = policy.reachable_widths(capacity)
+        if against == "C":
+            reachable = [capacity]
+        elif against == "wider than the policy's, below C":
+            reachable = [w for w in reachable if width < w < capacity] or reachable
+        elif wanted is not None:
+            low, high = {"128": (0, 128), "256-1,023": (256, 1_023),
+                         "1,024-8,191": (1_024, 8_191), "8,192 and more": (8_192, 1 << 62)}[wanted]
+            reachable = [w for w in reachable if low <= w <= high] or reachable
+        return reachable[width_value % len(reachable)]
+    return width
+
+
+PADDING_WANTS = {"none": (False, False), "tail": (True, False), "inside": (False, True),
+                 "tail and inside": (True, True)}
+"""(tail padding, padding inside) of each padding bucket."""
+
+
+def _padding_draws(layout: Fields, tail_allowed: bool, inside_allowed: bool,
+                   real_tokens: int, steer: Steer):
+    """(the tail byte, tail draws (source token, position value), padding
+    inside {token: slot}, slot_mapping entries past T). CUDA-graph padding at
+    the tail: stale copies of real tokens' requests with their positions or
+    earlier ones, a negative slot; in a decode-only step they are decode
+    tokens. The count's byte also picks the padding slot (PADDING_SLOTS; -1
+    for small bytes) and, from its top values, positions staler and larger
+    than the request's own (STALE_LARGE_TAIL_BYTE): one byte, so saved byte
+    strings keep their meaning. ``steer``'s padding bucket sets whether
+    there is any at the tail and inside, where the step allows it."""
+    wanted = PADDING_WANTS.get(steer.get("padding"))
+    tail_byte = layout.uint(1)
+    tail = tail_byte % (MAX_QUERY_TOKENS_PER_DECODE + 1)
+    pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
+    if wanted is not None:
+        tail = max(tail, 1) if wanted[0] else 0
+    tail = tail if tail_allowed and real_tokens else 0
+    tail_draws = [
+        (uint(pads[start : start + 2]) % real_tokens, uint(pads[start + 2 : start + PAD_BYTES]))
+        for start in range(0, tail * PAD_BYTES, PAD_BYTES)
+    ]
+    inside_byte = layout.uint(1)
+    inside_count = inside_byte % (MAX_INSIDE_PADDING + 1)
+    if wanted is not None:
+        inside_count = max(inside_count, 1) if wanted[1] else 0
+    inside_slot = PADDING_SLOTS[inside_byte // (MAX_INSIDE_PADDING + 1) % len(PADDING_SLOTS)]
+    picks = layout.take(MAX_INSIDE_PADDING * INDEX_BYTES)
+    inside: dict[int, int] = {}
+    if inside_allowed and real_tokens:
+        for start in range(0, inside_count * INDEX_BYTES, INDEX_BYTES):
+            token = uint(picks[start : start + INDEX_BYTES]) % real_tokens
+            if wanted is not None and wanted[1] and token == real_tokens - 1 and real_tokens > 1:
+                token -= 1  # inside: a real token comes after it
+            inside.setdefault(token, inside_slot)
+    junk_count = layout.uint(1) % (MAX_JUNK_SLOTS + 1)
+    junk_slots = layout.take(MAX_JUNK_SLOTS * SLOT_BYTES)
+    extra_slots = [
+        signed(uint(junk_slots[start : start + SLOT_BYTES]), 2**20)
+        for start in range(0, junk_count * SLOT_BYTES, SLOT_BYTES)
+    ]
+    return tail_byte, tail_draws, inside, extra_slots
+
+
+LAYOUT_KINDS = {"own allocation": 0, "offset view": 4, "row stride above C": 5,
+                "one pool for both buffers": 6}
+"""The :func:`_buffer_layout` kind of each buffer-layout bucket."""
+
+
+def _buffers(layout: Fields, drawn_layout: tuple[int, int, int], capacity: int,
+             num_tokens: int, max_buffer_rows: int, engine: bool, layouts: bool,
+             steer: Steer):
+    """(storage offset, row padding, pooled, prefill buffer's extra columns,
+    buffer rows) of the step's buffers, within what a case may hold."""
+    rows_drawn = layout.uint(2)
+    # Sometimes a wider prefill buffer: its row stride then differs from the
+    # decode buffer's, so a builder that mixes the two up writes wrong rows.
+    prefill_extra = 128 if layout.uint(1) % 4 == 3 else 0
+    if layout.offset != LAYOUT_BYTES:
+        raise HarnessError(f"the layout read {layout.offset} bytes, not its {LAYOUT_BYTES}")
+    kind, offset, padding = drawn_layout
+    wanted = steer.get("buffer layout")
+    if wanted is not None and layouts:
+        kind = LAYOUT_KINDS[wanted] + (kind & 1 if wanted == "one pool for both buffers" else 0)
+    buffer_offset, row_padding, pooled = _buffer_layout(kind, offset, padding, capacity, layouts)
+    least_rows = max(num_tokens, 1)
+    # An engine-scale step's wider rows stay within what a case may hold.
+    room = MAX_BUFFER_ELEMENTS // least_rows - capacity
+    prefill_extra = prefill_extra if prefill_extra <= room else 0
+    row_padding = max(min(row_padding, room - prefill_extra), 0)
+    row_length = capacity + prefill_extra + row_padding
+    most_rows = max(max_buffer_rows, num_tokens + MAX_QUERY_TOKENS_PER_DECODE if engine else 0)
+    most_rows = max(min(most_rows, MAX_BUFFER_ELEMENTS // row_length), least_rows)
+    buffer_rows = least_rows + rows_drawn % (most_rows - least_rows + 1)
+    if buffer_rows * row_length > MAX_BUFFER_ELEMENTS:
+        raise HarnessError(
+            f"a drawn step's buffers need {buffer_rows} x {row_length} elements, more than a "
+            f"case may hold ({MAX_BUFFER_ELEMENTS:,}): the size budget let T x C grow too far"
+        )
+    return buffer_offset, row_padding, pooled, prefill_extra, buffer_rows
 
 
 def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: bool):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cases import Case, atomic_write_json, case_filename
-from ..reach import reach_rows
+from ..reach import pair_rows, reach_rows
 from .config import FuzzConfig
 from .report import (
     CASE_BLOCK,
@@ -106,6 +106,8 @@ def print_summary(report: dict[str, Any], config: FuzzConfig, console) -> None:
     for line in time_lines(report):
         console.print(line, markup=False, soft_wrap=True)
     console.print(reach_rows(report["reach"], title="reach (examples a bucket)"))
+    if "reach_pairs" in report:
+        console.print(pair_rows(report["reach_pairs"], title="reach in pairs (examples a cell)"))
     if report["coverage"]:
         console.print(
             "coverage: " + ", ".join(f"{k}: {v}" for k, v in report["coverage"].items()),

@@ -21,9 +21,11 @@ from rich.text import Text
 
 from ... import phases
 from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ...strategies.budget import size_budget
+from ...strategies.pairs import pair_table
 from ...strategies.reach import reach_table
 from ..cases import versions
-from ..reach import reach_rows
+from ..reach import pair_rows, reach_rows
 from .casebook import CaseBook
 from .config import FuzzConfig
 
@@ -89,6 +91,11 @@ def remaining(run: RunState, now: float) -> str:
     return _duration(max(0.0, run.deadline - now))
 
 
+def _budget(run: RunState):
+    """The size budget of the run's device ("cuda:1" is a GPU's)."""
+    return size_budget(str(run.config.device).partition(":")[0])
+
+
 def render(run: RunState):
     """The live display: a row a worker, the reach table, coverage and the time split."""
     now = time.monotonic()
@@ -104,7 +111,8 @@ def render(run: RunState):
             str(stats.failures + stats.crashes + stats.hangs), str(stats.restarts),
             _duration(now - run.started), remaining(run, now),
         )
-    parts = [table, reach_rows(reach_table(run.reach))]
+    parts = [table, reach_rows(reach_table(run.reach)),
+             pair_rows(pair_table(run.reach, _budget(run)))]
     if run.labels:
         coverage = ", ".join(f"{label}: {n}" for label, n in sorted(run.labels.items()))
         parts.append(Text(f"coverage: {coverage}"))
@@ -218,6 +226,7 @@ def build_report(run: RunState) -> dict[str, Any]:
         "per_property": dict(sorted(run.per_property.items())),
         "coverage": dict(sorted(run.labels.items())),
         "reach": reach_table(run.reach),
+        "reach_pairs": pair_table(run.reach, _budget(run)),
         "cases": run.book.entries,
         "versions": versions(),
     }

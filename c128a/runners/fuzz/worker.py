@@ -30,9 +30,11 @@ from pathlib import Path
 
 import torch
 from hypothesis import seed as use_seed
+from hypothesis import target as hypothesis_target
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import FlakyStrategyDefinition
+from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from ... import phases
@@ -40,6 +42,7 @@ from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
 from ...hypothesis_private import drawn_seconds
 from ...replay.recorded import machine_steps_of
+from ...strategies.pairs import pair_labels_of
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
 from ..cases import SERVING_LOOP, Case, atomic_write_json
@@ -80,6 +83,9 @@ def open_database(spec: str | None):
         return RedisExampleDatabase(redis.Redis.from_url(spec))
     return DirectoryBasedExampleDatabase(spec)
 
+NEW_PAIRS_TARGET = "pair cells not yet drawn"
+"""The ``target()`` label scoring an example by the pair cells it drew first."""
+
 
 class StopRequested(BaseException):
     """Raised inside a test to end a round early; Hypothesis lets it through."""
@@ -114,6 +120,7 @@ class Worker:
         self.timer = phases.ExampleTimer()
         self.progress = ProgressCounter(channel, index, self.timer)
         self.historical_done: set[str] = set()  # properties whose @example steps ran
+        self.pairs_drawn: dict[str, set[str]] = {}  # property -> pair labels drawn here
         self.done = False  # set by a failure under --exitfirst
 
     def stopping(self) -> bool:
@@ -215,6 +222,19 @@ class Worker:
             derandomize=False,
         )
 
+    def steer_to_new_pairs(self, name: str, pairs) -> None:
+        """Score the example by the pair cells it drew first in this worker
+        (``target()``): Hypothesis's search climbs toward cells not yet
+        drawn. Only the search follows it: what a choice sequence decodes
+        to never reads this state (:mod:`c128a.strategies.schedule`)."""
+        seen = self.pairs_drawn.setdefault(name, set())
+        new = [label for label in pairs if label not in seen]
+        seen.update(new)
+        try:
+            hypothesis_target(float(len(new)), label=NEW_PAIRS_TARGET)
+        except HypothesisInvalidArgument:
+            pass  # observed once per example; a nested draw did
+
     def property_round(self, prop, seed: int, examples: int) -> None:
         failing: list = []
         blob = FailureBlob()
@@ -233,7 +253,9 @@ class Worker:
             elif step_key(prop.name, batch) in self.skip_historical:
                 return  # saved as a crash or hang case: it would end this worker again
             self.write_inflight(prop.name, seed, batch, historical=is_historical)
-            self.progress.count(prop.name, batch.labels, labels_of(batch, prop.reach))
+            pairs = pair_labels_of(batch, prop.reach)
+            self.progress.count(prop.name, batch.labels, labels_of(batch, prop.reach) + pairs)
+            self.steer_to_new_pairs(prop.name, pairs)
             try:
                 if failing:  # shrinking: supervision
                     run()
