@@ -24,6 +24,8 @@ from c128a.runners.killmatrix import first_kill, kill_matrix, markdown_table
 from c128a.targets import Target, load_target
 
 MATRIX_EXAMPLES = 10
+"""Generated examples a row gets, unless a mutant declares more (a fault in
+a rare pair cell, :func:`~c128a.runners.killmatrix.examples_for`)."""
 INDEPENDENT = Path(__file__).parent / "independent"
 INDEPENDENT_MISSING = f"{INDEPENDENT} is missing: no independently written targets to run"
 

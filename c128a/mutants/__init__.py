@@ -16,7 +16,8 @@ kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
 
 # Importing a module registers its mutants.
 from . import (  # noqa: F401
-    builders, consumers, engine_scale, geometry, layouts, policies, shape_history, stateful,
+    builders, consumers, engine_scale, geometry, layouts, pairs, policies, shape_history,
+    stateful,
 )
 from .registry import MUTANTS, Mutant
 

@@ -1,28 +1,136 @@
 """Builder faults where two dimensions meet: each is right for either value
 alone and wrong only in one cell of a pair (:mod:`c128a.strategies.pairs`),
-as a kernel that branches on both at once would be."""
+as a kernel that branches on both at once would be. Their cells are rare
+in unsteered draws, so each declares the examples its kill may take
+(:attr:`~c128a.mutants.registry.Mutant.examples`)."""
 
 from __future__ import annotations
 
-from ..contract import BuildArgs, Views
+import torch
+
+from ..contract import BuildArgs, Views, returned_views
 from ..contract import check_build_arguments as validated
-from .builders import rows_of, write_and_return
+from .builders import rows_of, write, write_and_return
 from .registry import builder_mutant
 
-STAGED_ROWS = 256
+PAIR_EXAMPLES = 100
+"""Generated examples a pair mutant's killing properties get (the matrix
+gives other mutants 10): a steered step lands in one row of the pair
+schedule's dozens."""
+
+ROUNDED_FROM = 1 << 19
 STAGED_COLUMNS = 16
+ROW_BLOCK = 64
 
 
 @builder_mutant(
-    "stages a block table of at most 16 columns in a scratch of 256 rows x 16 columns "
-    "(enough for the engine's usual steps): rows of requests past 256 read page 0",
-    "more than 256 requests",
-    ("adaptive_equals_full",),
+    "takes a step of one token for a decode step (the engine's usual one-token step): "
+    "a lone prefill token's row goes to the decode buffer, the prefill buffer's stays "
+    "unwritten",
+    "tokens x decode/prefill mix",
+    ("matches_oracle",),
+    examples=PAIR_EXAMPLES,
 )
-def _build_staged_table_of_256_rows(args: BuildArgs) -> Views:
+def _build_lone_prefill_token_as_decode(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    if args.num_tokens == 1 and args.num_decode_tokens == 0:
+        args.global_decode_buffer[:1, : prefill.shape[1]] = prefill
+        return returned_views(args)
+    return write_and_return(args, (decode, lens, prefill))
+
+
+@builder_mutant(
+    "past 524,288, divides p + 1 by an R that is not a power of two rounding to the "
+    "nearest entry (a power of two takes a shift, and every smaller p the exact path): "
+    "one entry too many for about half the tokens there",
+    "compress ratio x position magnitude",
+    ("matches_oracle",),
+    examples=PAIR_EXAMPLES,
+)
+def _build_ratio_rounded_past_2_19(args: BuildArgs) -> Views:
+    validated(args)
+    lengths = args.positions.to(torch.int64) + 1
+    ratio = args.compress_ratio
+    exact = lengths // ratio
+    if ratio & (ratio - 1):
+        nearest = (2 * lengths + ratio) // (2 * ratio)
+        exact = torch.where(lengths >= ROUNDED_FROM, nearest, exact)
+    return write_and_return(args, rows_of(args, lengths=exact.clamp(max=args.max_compressed_tokens)))
+
+
+@builder_mutant(
+    "reads the block table of a step with one request through a 16-column scratch "
+    "(right for a short context): a lone request of 17 to 256 pages reads page 0 past "
+    "column 16",
+    "requests x block-table width",
+    ("matches_oracle",),
+    examples=PAIR_EXAMPLES,
+)
+def _build_lone_request_table_in_16_columns(args: BuildArgs) -> Views:
     validated(args)
     table = args.block_table
-    if 0 < table.shape[1] <= STAGED_COLUMNS and table.shape[0] > STAGED_ROWS:
+    lone = table.shape[0] == 1 and args.num_decode_tokens == args.num_tokens
+    if lone and STAGED_COLUMNS < table.shape[1] <= 256:
         table = table.clone()
-        table[STAGED_ROWS:] = 0
+        table[:, STAGED_COLUMNS:] = 0
     return write_and_return(args, rows_of(args, table=table))
+
+
+@builder_mutant(
+    "clamps n(t) to the columns between two rows rather than to W when the rows are "
+    "further apart than C: a list longer than W runs on past W",
+    "buffer layout x width against need",
+    ("untouched_memory",),
+)
+def _build_clamp_to_row_stride(args: BuildArgs) -> Views:
+    validated(args)
+    buffer = args.global_decode_buffer
+    if buffer.stride(0) <= buffer.shape[1]:
+        return write_and_return(args, rows_of(args))
+    columns = min(buffer.shape[1], args.prefill_buffer.shape[1])
+    lengths = ((args.positions.to(torch.int64) + 1) // args.compress_ratio).clamp(max=columns)
+    write(args, *rows_of(args, lengths=lengths, columns=columns))
+    return returned_views(args)
+
+
+@builder_mutant(
+    "starts a long prefill (more than 64 tokens) at the next 64-row block after the "
+    "decode rows: beside 1 to 63 decode rows, the first prefill rows are left unwritten",
+    "decode rows x prefill tokens",
+    ("matches_oracle",),
+    examples=PAIR_EXAMPLES,
+)
+def _build_long_prefill_from_the_next_row_block(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    d, p = args.num_decode_tokens, args.num_tokens - args.num_decode_tokens
+    skipped = ROW_BLOCK - d
+    if p > ROW_BLOCK and 0 < d < ROW_BLOCK:
+        write(args, decode, lens, prefill[:0])
+        args.prefill_buffer[skipped:p, : prefill.shape[1]] = prefill[skipped:]
+        return returned_views(args)
+    return write_and_return(args, (decode, lens, prefill))
+
+
+@builder_mutant(
+    "with B = 1, a step whose decode lists hold one entry at most takes a fast path "
+    "whose slot is one past the page's (an off-by-one no longer list and no larger "
+    "block reaches)",
+    "block size x longest list",
+    ("matches_oracle",),
+    examples=PAIR_EXAMPLES,
+)
+def _build_one_entry_lists_one_slot_past(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    d = args.num_decode_tokens
+    table = args.block_table
+    if args.block_size == 1 and d and table.shape[1] and int(decode.shape[1]):
+        lengths = (args.positions[:d].to(torch.int64) + 1) // args.compress_ratio
+        if int(lengths.clamp(max=args.max_compressed_tokens).max()) == 1:
+            rows = args.token_to_req_indices[:d].to(torch.int64)
+            pages = table.index_select(0, rows)[:, 0].to(torch.int32) + 1
+            decode = decode.clone()
+            decode[:, 0] = torch.where(decode[:, 0] >= 0, pages, decode[:, 0])
+    return write_and_return(args, (decode, lens, prefill))

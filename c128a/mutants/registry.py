@@ -21,6 +21,7 @@ class Mutant:
     bug_class: str
     killed_by: tuple[str, ...]
     target: types.SimpleNamespace  # build_c128a_topk_metadata, maybe a width policy
+    examples: int | None = None  # generated examples its kill may take; None: the matrix's
 
     @property
     def spec(self) -> str:
@@ -45,18 +46,21 @@ def register(mutant: Mutant) -> Mutant:
 
 
 def builder_mutant(
-    description: str, bug_class: str, killed_by: tuple[str, ...], **declarations
+    description: str, bug_class: str, killed_by: tuple[str, ...], *,
+    examples: int | None = None, **declarations
 ):
     """Register ``_build_NAME(args)`` (a faulty builder written against
     :class:`~c128a.contract.BuildArgs`) as mutant ``NAME``, with vLLM's
-    signature and the target ``declarations`` (``padding_rows="inert"``, say)."""
+    signature and the target ``declarations`` (``padding_rows="inert"``, say);
+    ``examples``: the generated examples its kill may take (a fault in a
+    rare cell), None for the kill matrix's own count."""
 
     def register(build: Callable) -> Callable:
         name = build.__name__.removeprefix("_build_")
         target = types.SimpleNamespace(
             build_c128a_topk_metadata=contract_builder(build, name), **declarations
         )
-        _register(Mutant(name, description, bug_class, killed_by, target))
+        _register(Mutant(name, description, bug_class, killed_by, target, examples))
         return build
 
     return register

@@ -99,16 +99,29 @@ def run_property(prop, target, device, run_settings) -> Outcome:
 
 
 def kill_matrix(targets, device, properties=None, max_examples: int | None = None):
-    """{spec: {property name: Outcome}} for every loaded :class:`~c128a.targets.Target`."""
+    """{spec: {property name: Outcome}} for every loaded :class:`~c128a.targets.Target`,
+    each with ``max_examples`` (the ci profile's by default) or the more a
+    project mutant declares (:func:`examples_for`)."""
     properties = PROPERTIES if properties is None else properties
-    run_settings = ci_settings(max_examples)
     return {
         str(target.spec): {
-            name: run_property(prop, target, device, run_settings)
+            name: run_property(prop, target, device,
+                               ci_settings(examples_for(str(target.spec), max_examples)))
             for name, prop in properties.items()
         }
         for target in targets
     }
+
+
+def examples_for(spec: str, max_examples: int | None) -> int | None:
+    """The generated examples a target's row gets: ``max_examples`` (None:
+    the ci profile's), or more for a project mutant whose fault lives in a
+    cell that takes more draws to reach
+    (:attr:`~c128a.mutants.registry.Mutant.examples`)."""
+    mutant = next((m for m in MUTANTS.values() if m.spec == spec), None)
+    if mutant is None or mutant.examples is None:
+        return max_examples
+    return max(max_examples or ci_settings().max_examples, mutant.examples)
 
 
 def first_kill(target, device, properties=None, max_examples: int | None = None):
