@@ -16,10 +16,10 @@ compress ratios and block sizes over their whole range, buffers placed
 inside larger allocations, an earlier step's width narrower or wider than
 the step's (:mod:`.reach` names the buckets).
 
-A step first takes a row of the pair schedule (:mod:`.schedule`): the
+One step in two aims for a row of the pair schedule (:mod:`.schedule`): the
 decisions of :func:`batches` (scale, geometry, model length, request
 counts, requests, width, padding, buffers), one function each, aim for the
-row's pair cells (:mod:`.pairs`).
+row's pair cells (:mod:`.pairs`) the unsteered step is not already in.
 
 Every strategy shrinks towards the smallest engine step it can describe:
 fewer requests, shorter sequences, identity page numbers, no padding, the
@@ -606,7 +606,7 @@ def _batches(
     size = plan(NO_STEER).records_size
     records = draw(st.binary(min_size=size, max_size=size))
     decode = functools.partial(
-        _decoded, records=records, seed=shape + layout_bytes, target=target, width=width,
+        _decoded, records=records, target=target, width=width,
         widths=widths, padding=padding, max_buffer_rows=max_buffer_rows, layouts=layouts,
         prior_widths=prior_widths)
     batch = decode(plan(NO_STEER))
@@ -630,14 +630,14 @@ def _unmet(row: Steer, batch: Batch, budget: SizeBudget | None) -> Steer:
     return Steer(tuple(wants.items()))
 
 
-def _decoded(plan: "_Plan", *, records, seed, target, width, widths, padding, max_buffer_rows,
+def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buffer_rows,
              layouts, prior_widths) -> Batch:
     """The step ``plan`` and the request ``records`` describe: requests,
     width, padding, block table and buffers read from the layout's bytes."""
     steer, scale, ratio, layout = plan.steer, plan.scale, plan.ratio, plan.layout
     model_len, capacity, block_size = plan.model_len, plan.capacity, plan.block_size
     layout_kind, layout_offset, layout_padding, prior_kind, prior_value = plan.shape_rest
-    decode, prefill = _requests(_stretched(records, plan.records_size, seed), plan.decode_count,
+    decode, prefill = _requests(_stretched(records, plan.records_size), plan.decode_count,
                                 scale, plan.min_prefill, model_len, ratio, block_size, steer)
     real_positions = [p for r in decode + prefill for p in r.step().positions]
     real_requests = [i for i, r in enumerate(decode + prefill) for _ in range(r.query_len)]
@@ -737,14 +737,16 @@ def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_
                  prefill_count, min_prefill, layout, shape_rest)
 
 
-def _stretched(records: bytes, size: int, seed: bytes) -> bytes:
+def _stretched(records: bytes, size: int) -> bytes:
     """``records`` cut or lengthened to ``size`` bytes: a steer that asks for
     more requests than were drawn reads the drawn records again, each pass
-    shifted by one, (``seed``, the step's other bytes, when none were drawn)."""
-    source = records or seed
+    shifted by one; with none drawn, zeros (the simplest requests, so that
+    a steered step shrinks as an unsteered one does)."""
     if size <= len(records):
         return records[:size]
-    extra = bytes((source[i % len(source)] + 1 + i // len(source)) % 256
+    if not records:
+        return bytes(size)
+    extra = bytes((records[i % len(records)] + 1 + i // len(records)) % 256
                   for i in range(size - len(records)))
     return records + extra
 
@@ -763,8 +765,8 @@ lowest bit picks whether R and B are drawn, the bits above it the steer."""
 def schedule_row(shape: bytes, layout: bytes, engine: bool) -> Steer:
     """The row of the pair schedule (:func:`.schedule.schedule`) a step
     aims for (one step in :data:`STEER_ONE_IN`), or
-    :data:`~.schedule.NO_STEER`: by the bits of the geometry byte its own
-    choice leaves unread, the row by those bits offset by the sum of the step's
+    :data:`~.schedule.NO_STEER`: by the bits of the geometry byte that no
+    decision reads, the row by those bits offset by the sum of the step's
     shape and layout bytes. No byte is drawn for it: the choice sequence of
     every step is what it was without a schedule, an unsteered step decodes
     to the same value, and zeros (where shrinking ends) steer nothing. The

@@ -1,0 +1,151 @@
+"""The pair schedule (c128a/strategies/schedule.py): every allowed cell has a
+row, a row steers a step into its cell, a steer never changes what is drawn
+nor an unsteered step, and the drawn step is a pure function of
+Hypothesis's choices."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+
+from c128a.checks import PROPERTIES
+from c128a.strategies import batches, engine
+from c128a.strategies.budget import CPU_BUDGET
+from c128a.strategies.layout import LAYOUT_BYTES
+from c128a.strategies.pairs import ALLOWED, BY_PAIR_NAME, PAIRS, is_engine_cell
+from c128a.strategies.schedule import CONFLICTS, NO_STEER, Steer, schedule
+
+DRAWS = settings(max_examples=20, derandomize=True, database=None, phases=[Phase.generate],
+                 suppress_health_check=list(HealthCheck))
+
+
+def _drawn(strategy, draws=DRAWS) -> list:
+    seen = []
+
+    @draws
+    @given(strategy)
+    def draw(batch):
+        seen.append(batch)
+
+    draw()
+    return seen
+
+
+def test_every_allowed_cell_has_a_row_and_no_row_combines_conflicting_pairs():
+    for pair in PAIRS:
+        for cell in pair.cells():
+            if pair.status(cell)[0] != ALLOWED:
+                continue
+            rows = schedule(is_engine_cell(pair, cell))
+            wanted = {(pair.first, cell[0]), (pair.second, cell[1])}
+            assert any(wanted <= set(row.wants) for row in rows), (pair.name, cell)
+    for scale in (False, True):
+        for row in schedule(scale):
+            wants = dict(row.wants)
+            names = [p.name for p in PAIRS if p.first in wants and p.second in wants]
+            assert not any(frozenset((a, b)) in CONFLICTS for a in names for b in names), row
+
+
+def test_zeros_give_the_engines_usual_step_unsteered():
+    smallest = find(batches(budget=CPU_BUDGET), lambda batch: True,
+                    settings=settings(database=None))
+    assert smallest.num_tokens == 0 and smallest.max_model_len == 81_920
+    assert (smallest.compress_ratio, smallest.block_size) == (128, 2)
+    shape = bytearray(32)
+    assert engine.schedule_row(bytes(shape), bytes(LAYOUT_BYTES), False) == NO_STEER
+    shape[engine.GEOMETRY_PICK_AT] = 0b10  # the lowest steer bit
+    assert engine.schedule_row(bytes(shape), bytes(LAYOUT_BYTES), False) in schedule(False)
+
+
+def test_the_same_choices_give_the_same_steps():
+    strategy = batches(budget=CPU_BUDGET)
+    assert _drawn(strategy) == _drawn(strategy)
+
+
+@pytest.mark.parametrize("name", ["matches_oracle", "history_independent", "consumers"])
+def test_the_schedule_changes_no_draw_and_no_unsteered_step(monkeypatch, name):
+    """With the schedule on and off, a property's derandomised draws are as
+    many, and every step the schedule leaves unsteered is the same step:
+    what CI ran before the schedule it runs still, beside the steered steps."""
+    strategy = PROPERTIES[name].strategy(None, None, CPU_BUDGET)
+    draws = settings(DRAWS, max_examples=150)
+    choose, aimed = engine.schedule_row, []
+
+    def recording(shape, layout, scale):
+        row = choose(shape, layout, scale)
+        aimed[-1] = aimed[-1] or bool(row)
+        return row
+
+    def drawn() -> list:
+        seen = []
+        aimed.append(False)
+
+        @draws
+        @given(strategy)
+        def draw(batch):
+            seen.append((batch, aimed[-1]))
+            aimed.append(False)
+
+        draw()
+        return seen
+
+    monkeypatch.setattr(engine, "schedule_row", recording)
+    steered = drawn()
+    monkeypatch.setattr(engine, "schedule_row", lambda shape, layout, scale: NO_STEER)
+    unsteered = drawn()
+    assert len(steered) == len(unsteered) == 150
+    for (step, was_aimed), (before, _) in zip(steered, unsteered):
+        assert was_aimed or step == before
+    assert sum(was_aimed for _, was_aimed in steered) >= 30
+
+
+@pytest.mark.parametrize("pair_name, cell, engine_scale", [
+    ("capacity C x width W", ("not a power of two", "1,024-8,191"), False),
+    ("buffer layout x width against need", ("one pool for both buffers", "C"), False),
+    ("tokens T x decode/prefill mix", ("1", "prefill only"), False),
+    ("tokens T x decode/prefill mix", ("above 8,192", "prefill only"), True),
+    ("requests x block-table width M", ("257-512", "above 256"), True),
+])
+def test_a_row_steers_the_step_into_its_cell(monkeypatch, pair_name, cell, engine_scale):
+    pair = BY_PAIR_NAME[pair_name]
+    row = Steer(((pair.first, cell[0]), (pair.second, cell[1])))
+    monkeypatch.setattr(engine, "schedule_row", lambda shape, layout, scale: row)
+    budget = dataclasses.replace(CPU_BUDGET, engine_one_in=1) if engine_scale else None
+    drawn = _drawn(batches(budget=budget))
+    hits = sum(pair.cell_of(batch) == cell for batch in drawn)
+    assert hits >= len(drawn) // 2, (pair_name, cell, hits, len(drawn))
+
+
+def test_a_step_already_in_the_rows_cell_is_left_as_drawn(monkeypatch):
+    pair = BY_PAIR_NAME["tokens T x decode/prefill mix"]
+    monkeypatch.setattr(engine, "schedule_row", lambda shape, layout, scale: NO_STEER)
+    unsteered = _drawn(batches(budget=CPU_BUDGET))
+    cells = [pair.cell_of(batch) for batch in unsteered]
+    cell = max(set(cells) - {None}, key=cells.count)
+    row = Steer(((pair.first, cell[0]), (pair.second, cell[1])))
+    monkeypatch.setattr(engine, "schedule_row", lambda shape, layout, scale: row)
+    steered = _drawn(batches(budget=CPU_BUDGET))
+    assert cells.count(cell) >= 3
+    for before, after, was in zip(unsteered, steered, cells):
+        assert (after == before) == (was == cell)
+
+
+def test_no_decision_reads_the_bits_the_row_is_read_from(monkeypatch):
+    """The steer's bits of the shape's geometry byte change no unsteered
+    step: they were free before the schedule, so reading the steer from
+    them changed no draw."""
+    monkeypatch.setattr(engine, "schedule_row", lambda shape, layout, scale: NO_STEER)
+    seen = []
+    original = engine._plan
+
+    def flipped(shape, layout, steer, **options):
+        shape, layout = bytearray(shape), bytearray(layout)
+        shape[engine.GEOMETRY_PICK_AT] ^= 0b1111_1110
+        return original(bytes(shape), bytes(layout), steer, **options)
+
+    seen.append(_drawn(batches(budget=CPU_BUDGET)))
+    monkeypatch.setattr(engine, "_plan", flipped)
+    seen.append(_drawn(batches(budget=CPU_BUDGET)))
+    assert seen[0] == seen[1]
