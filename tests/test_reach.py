@@ -235,6 +235,7 @@ def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
 # ---------------------------------------------------------------- --update-readme on real faults
 
 _MARKED = (f"{README_START}\nthe old table\n{README_END}\nmore\n"
+           f"{README_PAIRS_START}\nthe old pairs\n{README_PAIRS_END}\n"
            f"{killmatrix.README_START}\nthe old matrix\n{killmatrix.README_END}\n")
 OLD_README = "intro\n".ljust(10 * 4096 - 64 - len(_MARKED), ".") + _MARKED
 """Just under ten 4 KiB pages: a new table makes it longer than the pages

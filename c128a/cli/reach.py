@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..checks import PROPERTIES
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
-from ..runners.readme import check_readme, update_readme
+from ..runners.readme import check_readme, update_readme_tables
 from ..runners.reach import (
     BUDGET_DEVICES,
     MAX_REACH_EXAMPLES,
@@ -77,9 +77,10 @@ def run(args: argparse.Namespace) -> int:
             print()
             print(pairs)
         if args.update_readme is not None:
-            update_readme(args.update_readme, table, README_START, README_END, README_TABLE)
-            update_readme(args.update_readme, pairs, README_PAIRS_START, README_PAIRS_END,
-                          README_PAIRS_TABLE)
+            update_readme_tables(args.update_readme, [
+                (table, README_START, README_END, README_TABLE),
+                (pairs, README_PAIRS_START, README_PAIRS_END, README_PAIRS_TABLE),
+            ])
     reach = property_pair_reach(properties, BUDGET_DEVICES, args.examples)
     missing = {key: found[0] for key, found in reach.items() if found[0]}
     missing_pairs = {key: found[1] for key, found in reach.items() if found[1]}

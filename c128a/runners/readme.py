@@ -53,10 +53,19 @@ def update_readme(path: Path, table: str, start: str, end: str, what: str) -> No
     """Replace the text between the ``start`` and ``end`` markers of
     ``path`` with ``table``: written aside and renamed over it, with the
     README's own mode, so that it is either the old text or the new."""
+    update_readme_tables(path, [(table, start, end, what)])
+
+
+def update_readme_tables(path: Path, tables) -> None:
+    """:func:`update_readme` for several ``(table, start, end, what)`` at
+    once, in one rename: the README holds all the new tables or none."""
     path = Path(path)
-    text, pattern = _marked_text(path, start, end, what)
-    replacement = f"{start}\n{table}\n{end}"
-    new_text = pattern.sub(lambda _: replacement, text, count=1)
+    new_text = None
+    for table, start, end, what in tables:
+        text, pattern = _marked_text(path, start, end, what)
+        replacement = f"{start}\n{table}\n{end}"
+        new_text = pattern.sub(lambda _: replacement, text if new_text is None else new_text,
+                               count=1)
     temporary = None
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
