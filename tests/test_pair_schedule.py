@@ -129,7 +129,8 @@ def test_a_step_already_in_the_rows_cell_is_left_as_drawn(monkeypatch):
     steered = _drawn(batches(budget=CPU_BUDGET))
     assert cells.count(cell) >= 3
     for before, after, was in zip(unsteered, steered, cells):
-        assert (after == before) == (was == cell)
+        assert after == before or was != cell
+    assert any(after != before for after, before in zip(steered, unsteered))
 
 
 def test_no_decision_reads_the_bits_the_row_is_read_from(monkeypatch):

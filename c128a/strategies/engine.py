@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,15 +288,14 @@ def _widest_capacity(tokens: int, budget: SizeBudget) -> int:
 
 
 def _elements_wanted(steer: Steer, budget: SizeBudget) -> int | None:
-    """The fewest elements T x W the steer's elements bucket asks for, or,
-    where the budget stops below that bucket, the first element edge past
-    a million that it affords (the interpreter's budget reaches
-    1,048,577-8,388,608 only, so a row asking for more builds the most it can)."""
+    """The fewest elements T x W the steer's elements bucket asks for, where
+    the budget affords twice that: the interpreter's budget (1,179,648)
+    barely reaches a million, and aiming engine-scale rows there would
+    spend CI's minutes on builds the size buckets already cover."""
     least = ELEMENTS_AT_LEAST.get(steer.get("elements T x W"))
-    if least is None or least <= budget.max_elements:
-        return least
-    affordable = [edge for edge in ELEMENTS_AT_LEAST.values() if edge <= budget.max_elements]
-    return max(affordable, default=None)
+    if least is None or 2 * least > budget.max_elements:
+        return None
+    return least
 
 
 def _tokens_for_elements(tokens: int, low: int, high: int, budget: SizeBudget,
@@ -617,16 +617,18 @@ def _batches(
 
 def _unmet(row: Steer, batch: Batch, budget: SizeBudget | None) -> Steer:
     """The part of ``row`` the unsteered ``batch`` does not already meet: a
-    cell it is in, or an element count it reaches, is left as drawn, so a
-    steer changes a step only where the row asks for something else."""
+    cell it is in, or an element count it reaches (or the budget does not
+    afford, :func:`_elements_wanted`), is left as drawn, so a steer changes
+    a step only where the row asks for something else."""
     wants = dict(row.wants)
     for pair in PAIRS:
         if pair.first in wants and pair.second in wants:
             if pair.cell_of(batch) == (wants[pair.first], wants[pair.second]):
                 del wants[pair.first], wants[pair.second]
-    least = _elements_wanted(row, budget) if budget is not None else None
-    if least is not None and batch.num_tokens * batch.width >= least:
-        del wants["elements T x W"]
+    if "elements T x W" in wants:
+        least = _elements_wanted(row, budget) if budget is not None else None
+        if least is None or batch.num_tokens * batch.width >= least:
+            del wants["elements T x W"]  # reached, or more than the budget affords
     return Steer(tuple(wants.items()))
 
 
@@ -766,12 +768,13 @@ def schedule_row(shape: bytes, layout: bytes, engine: bool) -> Steer:
     """The row of the pair schedule (:func:`.schedule.schedule`) a step
     aims for (one step in :data:`STEER_ONE_IN`), or
     :data:`~.schedule.NO_STEER`: by the bits of the geometry byte that no
-    decision reads, the row by those bits offset by the sum of the step's
-    shape and layout bytes. No byte is drawn for it: the choice sequence of
-    every step is what it was without a schedule, an unsteered step decodes
-    to the same value, and zeros (where shrinking ends) steer nothing. The
-    offset spreads the rows although Hypothesis favours zeros and repeats
-    values it drew before."""
+    decision reads, the row by a CRC-32 of the step's shape and layout
+    bytes. No byte is drawn for it: the choice sequence of every step is
+    what it was without a schedule, an unsteered step decodes to the same
+    value, and zeros (where shrinking ends) steer nothing. The checksum
+    spreads the rows evenly although Hypothesis favours zeros and repeats
+    values it drew before (a sum of the bytes left some rows undrawn in a
+    thousand draws)."""
     selector = shape[GEOMETRY_PICK_AT] >> 1
     if selector % STEER_ONE_IN != STEER_ONE_IN - 1:
         return NO_STEER
@@ -797,22 +800,22 @@ def _geometry(shape: Fields, always: bool, allowed: bool, steer: Steer):
     geometry_pick, ratio_kind, ratio_value = shape.uint(1), shape.uint(1), shape.uint(2)
     block_kind, block_value = shape.uint(1), shape.uint(2)
     wanted_ratio, wanted_block = steer.get("compress ratio R"), steer.get("block size B")
-    drawn = allowed and (always or geometry_pick % GEOMETRY_ONE_IN == GEOMETRY_ONE_IN - 1
-                         or wanted_ratio is not None or wanted_block is not None)
-    if not drawn:
+    wide_table = steer.get("block-table width M") in ("17-256", "above 256")
+    drawn = allowed and (always or geometry_pick % GEOMETRY_ONE_IN == GEOMETRY_ONE_IN - 1)
+    if not allowed or not (drawn or wanted_ratio or wanted_block):
         return COMPRESS_RATIO, None
+    # Kinds map one to one onto buckets; the engine's R and B are kind 0.
+    # A steer changes a kind only where its bucket asks for another.
+    ratio_kind, block_kind = (ratio_kind % 5, block_kind % 5) if drawn else (0, 0)
     if wanted_ratio is not None:
         ratio_kind = RATIO_KINDS[wanted_ratio]
-    elif wanted_block is not None:
-        ratio_kind = 0  # the block size's pair is about B: the engine's R
     if wanted_block is not None:
         block_kind = BLOCK_KINDS[wanted_block]
-    elif wanted_ratio is not None:
-        block_kind = 0
-    elif steer.get("block-table width M") in ("17-256", "above 256"):
+    elif wide_table and block_kind > 1:
         # Hundreds of pages need short blocks and a ratio that leaves
         # entries enough within the budget's capacity: B = 1 or 2, R = 128.
-        block_kind, ratio_kind = block_kind % 2, 0
+        block_kind = block_kind % 2
+        ratio_kind = ratio_kind if wanted_ratio is not None else 0
     ratio = _ratio(ratio_kind, ratio_value)
     if ratio_kind % 5 == 2 and steer.get("position magnitude") == "65,536-524,287":
         ratio = 1 << (4 + ratio_value % 3)  # 16 to 64: C <= 8,192 holds such positions
@@ -958,9 +961,19 @@ def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: i
         # Prefill requests enough for what the steered decode requests leave.
         left = scale.tokens - high_d * MAX_QUERY_TOKENS_PER_DECODE
         low_p = min(max(low_p, -(-max(left, 0) // model_len)), high_p)
-    decode_count = layout.between(2, low_d, high_d)
-    prefill_count = layout.between(2, low_p, high_p)
+    decode_count = _kept_or_between(layout.uint(2), (min_decode, max_decode), (low_d, high_d))
+    prefill_count = _kept_or_between(layout.uint(2), (min_prefill, max_prefill), (low_p, high_p))
     return decode_count, prefill_count, low_p
+
+
+def _kept_or_between(value: int, drawn: tuple[int, int], steered: tuple[int, int]) -> int:
+    """The count ``value`` gives in the ``drawn`` range (as without a
+    steer), kept when it lies in the ``steered`` one, else the count it
+    gives there: a steer moves a count only when it must."""
+    count = drawn[0] + value % (drawn[1] - drawn[0] + 1)
+    if steered[0] <= count <= steered[1]:
+        return count
+    return steered[0] + value % (steered[1] - steered[0] + 1)
 
 
 def _requests(records: bytes, decode_count: int, scale: _Scale, min_prefill: int,
@@ -1125,7 +1138,8 @@ def _buffers(layout: Fields, drawn_layout: tuple[int, int, int], capacity: int,
         raise HarnessError(f"the layout read {layout.offset} bytes, not its {LAYOUT_BYTES}")
     kind, offset, padding = drawn_layout
     wanted = steer.get("buffer layout")
-    if wanted is not None and layouts:
+    drawn = _layout_bucket(*_buffer_layout(kind, offset, padding, capacity, layouts))
+    if wanted is not None and layouts and wanted != drawn:
         kind = LAYOUT_KINDS[wanted] + (kind & 1 if wanted == "one pool for both buffers" else 0)
     buffer_offset, row_padding, pooled = _buffer_layout(kind, offset, padding, capacity, layouts)
     least_rows = max(num_tokens, 1)
@@ -1143,6 +1157,15 @@ def _buffers(layout: Fields, drawn_layout: tuple[int, int, int], capacity: int,
             f"case may hold ({MAX_BUFFER_ELEMENTS:,}): the size budget let T x C grow too far"
         )
     return buffer_offset, row_padding, pooled, prefill_extra, buffer_rows
+
+
+def _layout_bucket(offset: int, row_padding: int, pooled: bool) -> str:
+    """The buffer-layout bucket of a placement (as :mod:`.reach` names it)."""
+    if pooled:
+        return "one pool for both buffers"
+    if row_padding:
+        return "row stride above C"
+    return "offset view" if offset else "own allocation"
 
 
 def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: bool):
