@@ -141,3 +141,25 @@ def test_a_saved_failure_replays_with_the_same_diff(c128a_device):
         messages.append(str(caught.value))
     assert messages[0] == messages[1]
     assert f"seed {fill_seed(batch)}" in messages[0]
+
+
+def test_a_stale_inert_padding_position_stays_within_the_table_once_real(c128a_device):
+    """Under ``inert`` a stale padding position may reach past the table (its
+    row reads no entry); the earlier step makes that token real, and must
+    keep it within the table's columns, else a correct target refuses the
+    earlier step and the harness reads as a kill (found on the H200, gpu
+    profile, reference-inert)."""
+    from c128a.step import PermutedBlockTable, PriorStep
+
+    batch = Batch(
+        positions=(0, 1, 1, 513), num_decode_tokens=4, token_to_req_indices=(0, 0, 0, 0),
+        block_table=PermutedBlockTable(pages_needed=(0,), width=1, scale=1, offset=0, junk=-7,
+                                       prime=1_000_003),
+        slot_mapping=(-1, -1, -1, -1), max_model_len=81_920, capacity=640, width=128,
+        buffer_rows=4, prior=PriorStep(num_decode_tokens=4, num_prefill_tokens=0,
+                                       compress_ratio=128, block_size=2, swapped=False,
+                                       row_offset=0),
+    )
+    earlier = earlier_step(batch)
+    assert max(earlier.positions[:4]) + 1 < 3 * 128  # at most 2 entries: 1 column x B = 2
+    check_history_independent(load_target("reference-inert"), batch, c128a_device)

@@ -57,8 +57,8 @@ def earlier_step(batch: Batch) -> Batch:
 
     - decode token t gets decode token t' = D - 1 - t's request and length
       n(t') (the decode tokens in reverse order; half that length where t'
-      has t's own request and length), so it reads only block-table entries
-      ``batch`` reads itself and stays inside the contract;
+      has t's own request and length), at most the entries the block table's
+      columns hold, so it stays inside the contract's table precondition;
     - prefill token t gets length W_earlier - n(t): short rows become long
       and long rows short (W_earlier where the two would be equal);
     - padding flips: tokens that are real in ``batch`` are padding (slot -1)
@@ -74,13 +74,17 @@ def earlier_step(batch: Batch) -> Batch:
     def length(index: int) -> int:
         return min((batch.positions[index] + 1) // ratio, batch.width)
 
+    # A padding token that becomes real reads the table: under the inert
+    # variant a stale padding position may reach past what the table covers
+    # (its row read no entry), so its length stays within the table's columns.
+    reach = batch.table_width * batch.block_size
     lengths, requests = [], list(batch.token_to_req_indices)
     for index in range(d):
         source = d - 1 - index
         own = (batch.token_to_req_indices[index], length(index))
         chosen = (batch.token_to_req_indices[source], length(source))
         requests[index] = chosen[0]
-        lengths.append(chosen[1] // 2 if chosen == own else chosen[1])
+        lengths.append(min(chosen[1] // 2 if chosen == own else chosen[1], reach))
     for index in range(d, t):
         # At a narrower earlier width a long row's mirror is clamped to 0.
         mirrored = max(width - length(index), 0)

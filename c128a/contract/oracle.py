@@ -46,13 +46,14 @@ def write_metadata(args: BuildArgs, padding_rows: str = SLOTS) -> Views:
         requests = args.token_to_req_indices[:num_decode].to(torch.int64)
         table = args.block_table
         table_width = table.shape[1]
+        pages = torch.zeros(num_decode, width, device=device, dtype=torch.int64)
         if table_width:
-            # Inactive columns are masked below; clamping only keeps the gather in range.
-            pages = table.index_select(0, requests).to(torch.int64)
-            page_columns = (columns // args.block_size).clamp(max=table_width - 1)
-            pages = pages.gather(1, page_columns.expand(num_decode, width))
-        else:
-            pages = torch.zeros(num_decode, width, device=device, dtype=torch.int64)
+            # Only the entries active columns read: columns past a row's need
+            # hold junk a correct builder never reads (initcheck would see it).
+            rows, active_columns = active[:num_decode].nonzero(as_tuple=True)
+            pages[rows, active_columns] = table[
+                requests[rows], active_columns // args.block_size
+            ].to(torch.int64)
         slots = pages * args.block_size + columns % args.block_size
         # The sentinel as a Python scalar: a tensor would cost a host-to-device copy.
         args.global_decode_buffer[:num_decode, :width] = torch.where(
