@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from c128a.checks import PROPERTIES
 from c128a.checks.consumers import consumers_of
@@ -103,3 +104,16 @@ def test_a_release_without_the_consumers_file_names_each(tmp_path, vllm_cache):
 
 def test_the_project_targets_have_the_oracle_consumers():
     assert [c.name for c in consumers_of(load_target("triton"))] == list(CONSUMER_NAMES)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4096, 8192])
+def test_consumer_block_tables_keep_slot_ids_within_32_bits(block_size):
+    """The consumers' block tables hold page numbers whose slot ids (page x
+    B + offset) fit int32 at any B up to C = 8,192: at B = 8,192 they once
+    overflowed, and the oracle's consumer published a negative slot id that
+    vLLM's `mixed_sparse` did not (found on the H200, gpu profile)."""
+    from c128a.step.consumers import _table
+
+    pages = _table(64, 300, salt=11, block_size=block_size).to(torch.int64)
+    assert int(pages.min()) >= 1
+    assert int(pages.max()) * block_size + block_size - 1 < 2**31

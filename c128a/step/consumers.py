@@ -30,12 +30,14 @@ ALL_TOKENS = "all tokens"
 PREFILL_TOKENS = "prefill tokens"
 
 
-def _table(rows: int, columns: int, salt: int) -> torch.Tensor:
+def _table(rows: int, columns: int, salt: int, block_size: int) -> torch.Tensor:
     """A block table whose entries differ from row to row and column to
-    column (page numbers below 2**19, so slot ids fit 32 bits)."""
+    column: page numbers below 2**19, and below 2**31 / B, so that every
+    slot id (page x B + offset) fits 32 bits at any B up to C."""
     r = torch.arange(rows, dtype=torch.int64)[:, None]
     c = torch.arange(max(columns, 1), dtype=torch.int64)[None, :]
-    return ((r * 7919 + c * 104729 + salt) % 524287 + 1).to(torch.int32)
+    pages = min(524_287, (2**31 - 1) // block_size - 1)
+    return ((r * 7919 + c * 104729 + salt) % pages + 1).to(torch.int32)
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,9 @@ class ConsumerInputs:
         # As wide as an engine's block table (a page per 256 tokens of
         # max_model_len): its row stride is part of a consumer's compile key.
         engine_pages = -(-batch.max_model_len // (r * b))
-        compressed = _table(t, max(-(-lists // b), engine_pages), salt=11)
-        swa = _table(t, max(-(-longest // SWA_BLOCK_SIZE), engine_pages), salt=29)
+        compressed = _table(t, max(-(-lists // b), engine_pages), salt=11, block_size=b)
+        swa = _table(t, max(-(-longest // SWA_BLOCK_SIZE), engine_pages), salt=29,
+                     block_size=SWA_BLOCK_SIZE)
         columns = torch.arange(WINDOW_SIZE)
         decode_positions = positions[:d, None]
         decode_swa = torch.where(
