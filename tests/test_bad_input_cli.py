@@ -850,12 +850,21 @@ sys.meta_path.insert(0, StallTorch())
 """
 
 
+def _as_from_a_shell() -> None:
+    """In the child before it runs: SIGINT as a shell leaves it (default,
+    not blocked), whatever a test run's worker process left set; a child
+    that inherits SIGINT ignored or blocked never sees the signal sent."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupted_once(marker: Path, tmp_path: Path, *args) -> subprocess.CompletedProcess:
     """``c128a ARGS`` as a child in ``tmp_path``, sent a real SIGINT once it
     has written ``marker`` (while it is stalled in its start-up)."""
     child = subprocess.Popen(
         cli_command(*args), cwd=tmp_path, env=child_environment(tmp_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_as_from_a_shell,
     )
     try:
         wait_until(lambda: marker.exists() or child.poll() is not None, 60,
