@@ -40,8 +40,10 @@ README_PAIRS_START = "<!-- reach-pairs:start -->"
 README_PAIRS_END = "<!-- reach-pairs:end -->"
 
 REACH_EXAMPLES = 1_000
-"""Draws each property's strategy gets to reach every bucket: cheap (nothing
-is built), and each rare bucket is drawn several times in it."""
+"""Draws each property's strategy gets to reach every bucket and every
+allowed pair cell of small steps: cheap (nothing is built). One step in two
+aims for one of the schedule's 59 small rows, each cell lying in one row,
+so fewer draws leave a rare cell to chance."""
 MAX_REACH_EXAMPLES = 100_000
 """The most draws ``c128a reach --examples`` takes per property and budget."""
 
@@ -81,10 +83,10 @@ def drawn_reach(prop: Property, device, settings, target=None, budget=None) -> R
 
 ENGINE_PAIR_EXAMPLES = 300
 """Draws of engine-scale steps only in which each property must reach every
-engine-scale pair cell. An engine-scale step is one in 8, so the 600 reach
-draws hold about 50 of them (Hypothesis repeats draws), too few for the
-pair schedule's engine rows to come up a few times each; 150 engine-scale
-draws are, and cost no build."""
+engine-scale pair cell. An engine-scale step is one in 8, so the reach
+draws hold too few of them for the schedule's 22 engine-scale rows to come
+up a few times each; 300 engine-scale draws are enough (200 left a cell of
+one property undrawn), and cost no build."""
 
 
 def engine_budget(device):
