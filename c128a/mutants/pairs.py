@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import BuildArgs, Views, returned_views
+from ..contract import BuildArgs, Views, attended_lengths, returned_views
 from ..contract import check_build_arguments as validated
 from .builders import rows_of, write, write_and_return
 from .registry import builder_mutant
@@ -89,7 +89,7 @@ def _build_clamp_to_row_stride(args: BuildArgs) -> Views:
     if buffer.stride(0) <= buffer.shape[1]:
         return write_and_return(args, rows_of(args))
     columns = min(buffer.shape[1], args.prefill_buffer.shape[1])
-    lengths = ((args.positions.to(torch.int64) + 1) // args.compress_ratio).clamp(max=columns)
+    lengths = attended_lengths(args.positions, args.compress_ratio, columns)
     write(args, *rows_of(args, lengths=lengths, columns=columns))
     return returned_views(args)
 
@@ -127,8 +127,8 @@ def _build_one_entry_lists_one_slot_past(args: BuildArgs) -> Views:
     d = args.num_decode_tokens
     table = args.block_table
     if args.block_size == 1 and d and table.shape[1] and int(decode.shape[1]):
-        lengths = (args.positions[:d].to(torch.int64) + 1) // args.compress_ratio
-        if int(lengths.clamp(max=args.max_compressed_tokens).max()) == 1:
+        lengths = attended_lengths(args.positions[:d], args.compress_ratio, args.width)
+        if int(lengths.max()) == 1:
             rows = args.token_to_req_indices[:d].to(torch.int64)
             pages = table.index_select(0, rows)[:, 0].to(torch.int32) + 1
             decode = decode.clone()

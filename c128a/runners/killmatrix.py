@@ -118,7 +118,7 @@ def examples_for(spec: str, max_examples: int | None) -> int | None:
     the ci profile's), or more for a project mutant whose fault lives in a
     cell that takes more draws to reach
     (:attr:`~c128a.mutants.registry.Mutant.examples`)."""
-    mutant = next((m for m in MUTANTS.values() if m.spec == spec), None)
+    mutant = MUTANTS.get(_short(spec)) if spec.startswith(MUTANT_PREFIX) else None
     if mutant is None or mutant.examples is None:
         return max_examples
     return max(max_examples or ci_settings().max_examples, mutant.examples)

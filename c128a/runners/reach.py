@@ -233,11 +233,12 @@ def markdown_pairs(properties: Mapping[str, Property], devices=BUDGET_DEVICES) -
         f"cells drawn, ci profile, {device} budget" for device in devices
     ) + " | never drawn (cpu budget) | left out |"
     lines = [header, "|---|" + "---:|" * len(devices) + "---|---|"]
+    tables = {device: pair_table({}, size_budget(device)) for device in devices}
     for pair in PAIRS:
         cells, left_out = [], []
         missing = []
         for device in devices:
-            table = pair_table({}, size_budget(device))[pair.name]["cells"]
+            table = tables[device][pair.name]["cells"]
             allowed = [cell for cell in pair.cells()
                        if isinstance(table[f"{cell[0]} x {cell[1]}"], int)]
             got = [cell for cell in allowed if drawn[device][pair.name, cell]]

@@ -66,7 +66,7 @@ from ..step import (
     page_modulus,
 )
 from .budget import ENGINE_TOKENS, MAX_REQUESTS, SizeBudget
-from .reach import floors_wrong, is_power_of_two
+from .reach import floors_wrong, is_power_of_two, layout_bucket
 from .pairs import PAIRS
 from .schedule import NO_STEER, Steer, schedule
 from .layout import (
@@ -603,13 +603,13 @@ def _batches(
         geometries=geometries, budget=budget)
     # The records' size is the unsteered step's: a steer never changes what
     # is drawn, only what the bytes decode to (.schedule says why).
-    size = plan(NO_STEER).records_size
-    records = draw(st.binary(min_size=size, max_size=size))
+    unsteered = plan(NO_STEER)
+    records = draw(st.binary(min_size=unsteered.records_size, max_size=unsteered.records_size))
     decode = functools.partial(
         _decoded, records=records, target=target, width=width,
         widths=widths, padding=padding, max_buffer_rows=max_buffer_rows, layouts=layouts,
         prior_widths=prior_widths)
-    batch = decode(plan(NO_STEER))
+    batch = decode(unsteered)
     unmet = _unmet(schedule_row(shape, layout_bytes, is_engine_scale(shape[0], budget)),
                    batch, budget)
     return decode(plan(unmet)) if unmet else batch
@@ -1138,7 +1138,7 @@ def _buffers(layout: Fields, drawn_layout: tuple[int, int, int], capacity: int,
         raise HarnessError(f"the layout read {layout.offset} bytes, not its {LAYOUT_BYTES}")
     kind, offset, padding = drawn_layout
     wanted = steer.get("buffer layout")
-    drawn = _layout_bucket(*_buffer_layout(kind, offset, padding, capacity, layouts))
+    drawn = layout_bucket(*_buffer_layout(kind, offset, padding, capacity, layouts))
     if wanted is not None and layouts and wanted != drawn:
         kind = LAYOUT_KINDS[wanted] + (kind & 1 if wanted == "one pool for both buffers" else 0)
     buffer_offset, row_padding, pooled = _buffer_layout(kind, offset, padding, capacity, layouts)
@@ -1157,15 +1157,6 @@ def _buffers(layout: Fields, drawn_layout: tuple[int, int, int], capacity: int,
             f"case may hold ({MAX_BUFFER_ELEMENTS:,}): the size budget let T x C grow too far"
         )
     return buffer_offset, row_padding, pooled, prefill_extra, buffer_rows
-
-
-def _layout_bucket(offset: int, row_padding: int, pooled: bool) -> str:
-    """The buffer-layout bucket of a placement (as :mod:`.reach` names it)."""
-    if pooled:
-        return "one pool for both buffers"
-    if row_padding:
-        return "row stride above C"
-    return "offset view" if offset else "own allocation"
 
 
 def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: bool):

@@ -144,15 +144,19 @@ def _longest_list(batch: Batch) -> str | None:
     ))
 
 
+def layout_bucket(offset: int, row_padding: int, pooled: bool) -> str:
+    """The buffer-layout bucket of a placement: a storage offset, row padding
+    past C, one pool for all buffers (the strategies steer by it too)."""
+    if pooled:
+        return "one pool for both buffers"
+    if row_padding:
+        return "row stride above C"
+    return "offset view" if offset else "own allocation"
+
+
 def _buffer_layout(batch: Batch) -> str:
     layout = batch.buffer_layout
-    if layout.pooled:
-        return "one pool for both buffers"
-    if layout.row_padding:
-        return "row stride above C"
-    if layout.offset:
-        return "offset view"
-    return "own allocation"
+    return layout_bucket(layout.offset, layout.row_padding, layout.pooled)
 
 
 def _block_table(batch: Batch) -> str | None:
