@@ -250,7 +250,7 @@ def _needs_keyed_launchers(target) -> str | None:
         return None
     return (
         f"target {target} launches nothing through a keyed launcher (a JIT-kernel class "
-        "declaring its warm-up keys): no compile keys to check on the CPU"
+        "declaring its warm-up keys): no compile keys to check"
     )
 
 
