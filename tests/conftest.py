@@ -34,3 +34,18 @@ def vllm_cache(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv(CACHE_ENV, str(root))
     return root
+
+
+@pytest.fixture
+def runpytest_on_the_cpu(pytester, c128a_device):
+    """``runpytest_on_the_cpu(*args)``: pytester's run with ``--c128a-device=cpu``,
+    for a scenario whose verdict is the CPU's (a check that needs CUDA is
+    skipped): in this process in a CPU session, else in a child (a CUDA
+    session refuses the CPU once its kernels are imported)."""
+
+    def run(*args, subprocess: bool = False):
+        if subprocess or c128a_device.type != "cpu":
+            return pytester.runpytest_subprocess("--c128a-device=cpu", *args)
+        return pytester.runpytest("--c128a-device=cpu", *args)
+
+    return run

@@ -229,17 +229,18 @@ def test_a_case_that_cannot_be_replayed_fails_naming_the_file(pytester, c128a_de
                                 "-k", "no-batch")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=1)
+    # Why the blob cannot drive it depends on the Hypothesis installed (another
+    # release's blob is refused before it is read).
     result.stdout.fnmatch_lines([
         "case */cases/no-batch.json cannot be replayed here, so it gives no verdict on the "
-        "target: the reproduce_blob cannot drive this test: *",
+        "target: *",
         "Record it again (c128a fuzz) or remove it from its folder.",
     ])
 
 
-def test_a_sanitizer_case_skips_on_the_cpu_for_want_of_cuda(pytester, c128a_device):
+def test_a_sanitizer_case_skips_on_the_cpu_for_want_of_cuda(pytester, runpytest_on_the_cpu):
     _case_folder(pytester, **{"memcheck.json": {"property": "sanitizer_memcheck"}})
-    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--c128a-cases", "cases",
-                                "-k", "memcheck", "-rs")
+    result = runpytest_on_the_cpu(*REGRESSIONS, "--c128a-cases", "cases", "-k", "memcheck", "-rs")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "c128a conformance: 0 checks ran: 0 passed, 0 failed, 0 expected failures; 1 not run "
@@ -267,16 +268,16 @@ def test_declares_its_failure():
 """
 
 
-def test_a_listed_check_that_did_not_run_fails_the_run(pytester, c128a_device):
+def test_a_listed_check_that_did_not_run_fails_the_run(pytester, runpytest_on_the_cpu):
     # Before: the run was green, the line counted "not run" and never judged.
     pytester.makepyfile(test_listed=LISTED_CHECKS)
     pytester.path.joinpath("known.txt").write_text(
         "compile_keys: no keyed launchers\nreplay: fails on a GPU\n"
         "rejects_bad_input: checks with assert\n"
     )
-    result = pytester.runpytest(device(c128a_device), "--c128a-target=reference", "-p",
-                                "no:randomly", "--c128a-known-failures", "known.txt",
-                                "--c128a-allow-not-run")  # only the listed line fails the run
+    result = runpytest_on_the_cpu("--c128a-target=reference", "-p", "no:randomly",
+                                  "--c128a-known-failures", "known.txt",
+                                  "--c128a-allow-not-run")  # only the listed line fails the run
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*known.txt:1 lists 'compile_keys' as a known failure (no keyed launchers), but it did "

@@ -47,19 +47,14 @@ NOT_RUN_LINE = ("  not run: test_checks.py::test_cannot_run_on_this_target (comp
 
 
 @pytest.fixture
-def run_checks(pytester, c128a_device):
-    """Run the checks file through pytest: in this process on the session's
-    device (a CUDA session refuses the CPU once its kernels are imported),
-    or in a child (``subprocess=True``) on the CPU."""
+def run_checks(pytester, runpytest_on_the_cpu):
+    """Run the checks file through pytest on the CPU, where the check that
+    needs CUDA is skipped: in a child when ``subprocess=True``."""
 
     def run(*args, subprocess=False):
         pytester.makepyfile(test_checks=CHECKS)
-        device = "cpu" if subprocess else c128a_device.type
-        common = (f"--c128a-device={device}", "--c128a-target=reference", "-p", "no:randomly",
-                  "-p", "no:cacheprovider")
-        if subprocess:
-            return pytester.runpytest_subprocess(*common, *args)
-        return pytester.runpytest(*common, *args)
+        return runpytest_on_the_cpu("--c128a-target=reference", "-p", "no:randomly",
+                                    "-p", "no:cacheprovider", *args, subprocess=subprocess)
 
     return run
 
