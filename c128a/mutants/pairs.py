@@ -1,8 +1,11 @@
 """Builder faults where two dimensions meet: each is right for either value
 alone and wrong only in one cell of a pair (:mod:`c128a.strategies.pairs`),
-as a kernel that branches on both at once would be. Their cells are rare
-in unsteered draws, so each declares the examples its kill may take
-(:attr:`~c128a.mutants.registry.Mutant.examples`)."""
+as a kernel that branches on both at once would be. Where the cell is rare
+in unsteered draws, the mutant declares the examples its kill may take
+(:attr:`~c128a.mutants.registry.Mutant.examples`). The cells of padding x
+speculative decode and capacity x width come up in every run's first steps
+(a historical step; the first generated ones), so their mutants need no more
+examples than any other, and no draw before the pair schedule missed them."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ schedule's dozens."""
 ROUNDED_FROM = 1 << 19
 STAGED_COLUMNS = 16
 ROW_BLOCK = 64
+PAD_CHUNK = 1024
 
 
 @builder_mutant(
@@ -133,4 +137,46 @@ def _build_one_entry_lists_one_slot_past(args: BuildArgs) -> Views:
             pages = table.index_select(0, rows)[:, 0].to(torch.int32) + 1
             decode = decode.clone()
             decode[:, 0] = torch.where(decode[:, 0] >= 0, pages, decode[:, 0])
+    return write_and_return(args, (decode, lens, prefill))
+
+
+@builder_mutant(
+    "zeroes the lengths of every decode token of a request that holds a padding token, "
+    "once the request has several real tokens (a padding rule kept per request): a "
+    "speculative request's real tokens beside its padding attend to nothing",
+    "padding x speculative decode",
+    ("matches_oracle",),
+)
+def _build_padding_zeroes_its_whole_request(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    d = args.num_decode_tokens
+    if d:
+        requests = args.token_to_req_indices[:d].to(torch.int64)
+        padded = args.slot_mapping[:d] < 0
+        size = int(requests.max()) + 1
+        real_tokens = torch.bincount(requests[~padded], minlength=size)
+        holds_padding = torch.bincount(requests[padded], minlength=size) > 0
+        zeroed = (holds_padding & (real_tokens > 1))[requests]
+        lens = torch.where(zeroed, torch.zeros_like(lens), lens)
+    return write_and_return(args, (decode, lens, prefill))
+
+
+@builder_mutant(
+    "pads a row with -1 in 1,024-column chunks and, in its variant for a capacity that "
+    "is not a power of two, counts W's chunks rounding down (the other variant rounds "
+    "up): past the last whole chunk, columns from n(t) to W keep what was there",
+    "capacity x width",
+    ("matches_oracle",),
+)
+def _build_pads_whole_chunks_of_an_uneven_capacity(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    capacity, width = args.global_decode_buffer.shape[1], args.max_compressed_tokens
+    if capacity & (capacity - 1) and width >= PAD_CHUNK and width % PAD_CHUNK:
+        padded_to = width // PAD_CHUNK * PAD_CHUNK
+        decode, prefill = decode.clone(), prefill.clone()
+        for rows, buffer in ((decode, args.global_decode_buffer), (prefill, args.prefill_buffer)):
+            tail, kept = rows[:, padded_to:], buffer[: rows.shape[0], padded_to:width]
+            rows[:, padded_to:] = torch.where(tail < 0, kept, tail)
     return write_and_return(args, (decode, lens, prefill))
