@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from c128a import cli
-from c128a.checks import PROPERTIES, check_step
+from c128a.checks import check_step
 from c128a.failures import EXIT_USAGE, TargetSpecError, TargetUnavailable
 from c128a.strategies import HISTORICAL_BATCHES
 from c128a.targets import load_target
@@ -364,14 +364,10 @@ def test_real_extract_is_small_and_selects_the_builder(real_release):
     assert real_release.uses_project_policy
 
 
+# The drawn steps: the release's own conformance run in .ci/run.
 @pytest.mark.parametrize("name", list(HISTORICAL_BATCHES))
 def test_real_release_on_the_historical_steps(real_release, c128a_device, name):
     check_step(real_release, HISTORICAL_BATCHES[name], c128a_device)
-
-
-@pytest.mark.parametrize("name", ["matches_oracle", "views"])
-def test_real_release_properties(real_release, c128a_device, name):
-    PROPERTIES[name].test(real_release, c128a_device)()
 
 
 # ---------------------------------------------------------------- the cache: read-only, verified
