@@ -150,3 +150,19 @@ def test_no_decision_reads_the_bits_the_row_is_read_from(monkeypatch):
     monkeypatch.setattr(engine, "_plan", flipped)
     seen.append(_drawn(batches(budget=CPU_BUDGET)))
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("band", list(engine.ENGINE_BANDS))
+def test_a_steered_engine_step_takes_its_bands_edges_one_time_in_two(band):
+    low, high = engine.ENGINE_SCALES[engine.ENGINE_BANDS[band]]
+    budget = dataclasses.replace(CPU_BUDGET, engine_one_in=1)
+    high = budget.max_tokens if high is None else high
+    small = engine._Scale(tokens=8, max_decode_requests=4, max_prefill_requests=4,
+                          max_prefill_chunk=8)
+    steer = Steer((("tokens T", band),))
+    steered = {where: engine._scale(0, where, budget, small, steer).tokens
+               for where in range(0, 0x10000, 0x101)}
+    assert {steered[w] for w in steered if w % engine.BAND_EDGE_ONE_IN == 0} == {low, high}
+    assert all(low <= tokens <= high for tokens in steered.values())
+    unsteered = [engine._scale(0, where, budget, small, NO_STEER).tokens for where in steered]
+    assert sum(t in (low, high) for t in unsteered) <= 2  # 0 and 0xFFFF give them anyway

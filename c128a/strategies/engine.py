@@ -202,6 +202,9 @@ class _Scale:
 
 
 ENGINE_BANDS = {"65-1,024": 0, "1,025-8,192": 1, "above 8,192": 2}
+BAND_EDGE_ONE_IN = 2
+"""One steered engine-scale step in this many has its band's fewest or most
+tokens (before tail padding)."""
 """The :data:`ENGINE_SCALES` band a steered token bucket asks for."""
 
 
@@ -237,8 +240,9 @@ def _scale(pick: int, where: int, budget: SizeBudget | None, small: _Scale,
     ``where``): ``small`` (the property's own size; zeros give it) or, one
     step in ``budget.engine_one_in``, an engine-scale step of a token count
     drawn log-uniformly in one of :data:`ENGINE_SCALES` (the band
-    ``steer``'s token bucket names, when it names one), up to 512 requests,
-    its capacity held within ``budget.max_elements`` / tokens."""
+    ``steer``'s token bucket names, when it names one; a steered step takes
+    one of the band's edges one time in :data:`BAND_EDGE_ONE_IN`), up to
+    512 requests, its capacity held within ``budget.max_elements`` / tokens."""
     engine = is_engine_scale(pick, budget)
     tokens_wanted = steer.get("tokens T")
     if steer.get("decode/prefill mix") == "no tokens":
@@ -265,6 +269,11 @@ def _scale(pick: int, where: int, budget: SizeBudget | None, small: _Scale,
     if max(low, hint_low) <= min(high, hint_high):
         low, high = max(low, hint_low), min(high, hint_high)
     tokens = round(low * (high / low) ** (where / 0xFFFF))
+    if steer and where % BAND_EDGE_ONE_IN == 0:
+        # A band's edges (65, 1,024, 1,025, 8,192, ...) are where a launch
+        # bound or a loop's last block is off by one; unsteered steps keep
+        # main's draws (.schedule says why).
+        tokens = (low, high)[where // BAND_EDGE_ONE_IN % 2]
     least = _elements_wanted(steer, budget)
     if least:
         tokens = _tokens_for_elements(tokens, low, high, budget, least)
