@@ -202,10 +202,11 @@ class _Scale:
 
 
 ENGINE_BANDS = {"65-1,024": 0, "1,025-8,192": 1, "above 8,192": 2}
+"""The :data:`ENGINE_SCALES` band a steered token bucket asks for."""
+
 BAND_EDGE_ONE_IN = 2
 """One steered engine-scale step in this many has its band's fewest or most
 tokens (before tail padding)."""
-"""The :data:`ENGINE_SCALES` band a steered token bucket asks for."""
 
 
 def _token_hint(steer: Steer) -> tuple[int, int]:
