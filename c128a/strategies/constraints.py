@@ -102,6 +102,18 @@ def _table_width(batch: Batch) -> str | None:
     return _cut(batch.table_width, ((16, "1-16"), (256, "17-256"), (1 << 62, "above 256")))
 
 
+ROW_ALIGNMENT = ("16-byte aligned rows", "rows off a 16-byte boundary")
+
+
+def _row_alignment(batch: Batch) -> str:
+    """Whether the output buffers' row stride (C plus the prefill buffer's
+    extra columns and the row padding, int32) is a multiple of 16 bytes: a
+    kernel whose vectorised stores assume aligned rows breaks on the
+    others. Offsets are always 16-byte aligned (:mod:`.engine`)."""
+    aligned = batch.buffer_row_padding % 4 == 0
+    return ROW_ALIGNMENT[0] if aligned else ROW_ALIGNMENT[1]
+
+
 DERIVED: tuple[Dimension, ...] = (
     Dimension("prefill tokens", ("0", "1-64", "65-1,024", "above 1,024"), _prefill_tokens),
     Dimension("longest decode list against B", ("0 entries", "within one block",
@@ -109,6 +121,7 @@ DERIVED: tuple[Dimension, ...] = (
     Dimension("position magnitude", tuple(name for _, name in POSITION_EDGES),
               _position_magnitude),
     Dimension("block-table width M", ("1-16", "17-256", "above 256"), _table_width),
+    Dimension("buffer row alignment", ROW_ALIGNMENT, _row_alignment),
 )
 """Small dimensions only the constraint model and its interactions use."""
 
@@ -117,6 +130,7 @@ DERIVED_FROM: Mapping[str, tuple[str, ...]] = {
     "longest decode list against B": ("longest list n(t)", "block size B"),
     "position magnitude": ("longest list n(t)",),
     "block-table width M": ("block table",),
+    "buffer row alignment": ("buffer layout",),
 }
 """The reach dimensions each derived one reads: a property whose ``reach``
 leaves one of them out whole leaves the derived one out too."""
@@ -160,6 +174,11 @@ APPLIES: Mapping[str, tuple[tuple[str, tuple[str, ...]], str]] = {
         "longest decode list against B", "block-table width M")},
     **{name: (NO_PADDING, "only padding tokens have it") for name in (
         "padding slot", "padding position")},
+    **{name: (NO_TOKENS, "a step without tokens reads no input and has no request") for name in (
+        "positions placement", "token_to_req_indices placement", "slot_mapping placement",
+        "slot ids", "first scheduled position", "address reuse")},
+    **{name: (NO_DECODE, "only decode tokens read the block table") for name in (
+        "block table placement", "shared pages")},
 }
 """Dimension -> ((dimension, its buckets where this one does not apply),
 why): the dimension takes :data:`NOT_APPLICABLE` exactly there."""
@@ -861,6 +880,105 @@ def _many_requests_decode(budget, requests, rows):
     if requests == "257-512" and rows != "above 64":
         return "an engine-scale step has at most 32 prefill requests: the rest decode"
     return None
+
+
+# Inputs as an engine hands them (.engine_inputs; reach.py's docstrings name
+# the buckets each cannot occur beside).
+
+BEYOND_CAPS_TOKENS = 4 + MAX_QUERY_TOKENS_PER_DECODE
+"""The most tokens of a step past the engine's caps: 4 real tokens and up
+to 8 tail padding tokens (:data:`.engine_inputs.BEYOND_CAPS_TOKENS`)."""
+
+PAST_THE_CAPS = ("capacity past 8,192", "above 8,192")
+FAR_FIRST = ("first scheduled position", "1,048,576 and more")
+
+
+@contract("capacity past 8,192", "capacity C")
+def _past_the_caps_capacity(past, capacity):
+    if past == "above 8,192" and capacity == "128":
+        return "a capacity above 8,192 is not C = 128"
+    return None
+
+
+@contract("first scheduled position", "position magnitude")
+def _far_first_position(first, magnitude):
+    if first == "1,048,576 and more" and magnitude != "524,288 and more":
+        return "a request scheduled from position 2^20 or later has a position past 524,287"
+    return None
+
+
+@contract("shared pages", "requests")
+def _sharing_needs_two_requests(shared, requests):
+    if shared != "unique pages" and requests == "1":
+        return "pages are shared between two requests' rows: one request shares none"
+    return None
+
+
+@contract("shared pages", "longest decode list against B")
+def _sharing_needs_a_page_read(shared, against):
+    if shared != "unique pages" and against == "0 entries":
+        return "a shared page is one two decode tokens read: lists of 0 entries read none"
+    return None
+
+
+@contract("buffer layout", "buffer row alignment")
+def _rows_without_padding(layout, alignment):
+    if layout in ("own allocation", "offset view") and alignment == ROW_ALIGNMENT[1]:
+        return ("rows without padding are C (a multiple of 128) columns apart, 16-byte "
+                "aligned")
+    return None
+
+
+@contract("buffer widths", "width against need")
+def _narrower_prefill_buffer(widths, against):
+    if widths == "decode wider" and against == "C":
+        return ("W <= both buffers' columns: a prefill buffer narrower than the decode "
+                "buffer's C columns holds W < C only")
+    return None
+
+
+@contract("buffer widths", "capacity C")
+def _narrower_than_128(widths, capacity):
+    if widths == "decode wider" and capacity == "128":
+        return "the prefill buffer holds W >= 128 columns: narrower than C = 128 it cannot be"
+    return None
+
+
+@budget_rule("capacity past 8,192", "first scheduled position", SCALE)
+def _past_the_caps_small(budget, past, first, scale):
+    if (past == "above 8,192" or first == FAR_FIRST[1]) and scale == ENGINE_SCALE:
+        return "only a small step of at most 4 tokens is drawn past the engine's caps"
+    return None
+
+
+@budget_rule("first scheduled position", "compress ratio R")
+def _far_first_ratio(budget, first, ratio):
+    if first == FAR_FIRST[1] and span("compress ratio R", ratio)[1] <= 64:
+        return ("a step past the caps has C <= 16,384 columns: positions past 2^20 need "
+                "R > 64")
+    return None
+
+
+def _past_the_caps_rule(dimension: str, fits: Callable[[str], bool], what: str):
+    """A budget rule: a step past the engine's caps (capacity above 8,192,
+    or a request scheduled from 2^20 on) has at most 4 real tokens, so
+    ``dimension`` holds only the buckets ``fits`` keeps."""
+    def forbids(budget, past, first, bucket):
+        if (past == PAST_THE_CAPS[1] or first == FAR_FIRST[1]) and not fits(bucket):
+            return (f"a step past the engine's caps has at most 4 real tokens (and 8 tail "
+                    f"padding): {what}")
+        return None
+    forbids.__name__ = "_past_the_caps_" + dimension.split()[0]
+    return budget_rule("capacity past 8,192", "first scheduled position", dimension)(forbids)
+
+
+_past_the_caps_rule("tokens T", lambda b: span("tokens T", b)[1] <= 64, "T <= 12")
+_past_the_caps_rule("requests", lambda b: span("requests", b)[0] <= 4, "at most 4 requests")
+_past_the_caps_rule("prefill tokens", lambda b: span("prefill tokens", b)[0] <= 4,
+                    "at most 4 prefill tokens")
+_past_the_caps_rule("elements T x W",
+                    lambda b: span("elements T x W", b)[0] <= BEYOND_CAPS_TOKENS * 2 * MAX_CAPACITY,
+                    "T x W <= 12 x 16,384")
 
 
 # ---------------------------------------------------------------- the model, compiled

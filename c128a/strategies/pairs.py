@@ -144,10 +144,12 @@ TRIPLES: tuple[Interaction, ...] = (
     Interaction(("tokens T", "decode/prefill mix", "padding"),
                 "a launch chosen by the token band and the decode/prefill split, whose "
                 "masking of padding tokens differs by branch"),
+    Interaction(("buffer layout", "buffer row alignment", "width against need"),
+                "address arithmetic of a view whose vectorised stores assume aligned rows, "
+                "beside the width actually written against C"),
 )
 """Three dimensions a kernel branches on at once: every allowed cell of the
-three is covered, not only of each two. (The buffer layout, its alignment
-and the width against C join them once an alignment dimension exists.)"""
+three is covered, not only of each two."""
 
 
 def _all_pairs() -> tuple[Interaction, ...]:

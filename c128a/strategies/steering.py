@@ -56,6 +56,9 @@ def ratio_range(steer: Steer, max_capacity: int = MAX_CAPACITY) -> tuple[int, in
         high = min(high, MAX_MODEL_LEN // longest[0])
     if longest == (0, 0) and positions:
         low = max(low, positions[0] + 2)  # every p + 1 < R
+    if steer.get("first scheduled position") == "1,048,576 and more":
+        # Past the caps, C <= 16,384 columns hold positions past 2^20 at R > 64 only.
+        low = max(low, 65)
     least_list = _least_decode_list(steer)
     if least_list and positions:
         high = min(high, (positions[1] + 1) // least_list)  # a decode list that long
@@ -231,6 +234,8 @@ def model_length_range(steer: Steer, ratio_: int, block: int) -> tuple[int, int]
         high = min(high, width[1] * ratio_)
     elif width and against is not None:
         low = max(low, width[0] * ratio_ + 1)  # C > W
+    elif width:
+        low = max(low, (width[0] - WIDTH_ALIGNMENT) * ratio_ + 1)  # C >= W
     if steer.get("capacity C") == "128":
         high = min(high, WIDTH_ALIGNMENT * ratio_)
     elif steer.get("capacity C") is not None:
@@ -397,6 +402,17 @@ def same_tokens(kind: int, steer: Steer) -> int:
     if wanted in ("fewer tokens", "more tokens"):
         return kind & ~1
     return kind
+
+
+def address_reuse(kind: int, one_in: int, steer: Steer) -> int:
+    """The split byte, whose bits above the lowest pick address reuse one
+    time in ``one_in``, in the row's address-reuse bucket."""
+    wanted = steer.get("address reuse")
+    reused = (kind >> 1) % one_in == one_in - 1
+    if wanted is None or reused == (wanted != "same geometry"):
+        return kind
+    low = kind & 1
+    return ((one_in - 1) << 1 | low) if wanted != "same geometry" else low
 
 
 # ---------------------------------------------------------------- tokens and requests
