@@ -219,3 +219,48 @@ def test_a_malformed_recorded_step_names_its_field(tmp_path, edit, field, rule):
     with pytest.raises(cases.CaseError) as raised:
         cases.load_case(path)
     assert raised.value.field == field and rule in raised.value.rule, raised.value
+
+
+# ---------------------------------------------------------------- a failure at capture
+
+CAPTURE_FAILS = "c128a.mutants:off_by_one_length"
+"""A mutant whose engine's capture batch (W = C) already fails: the serving
+loop's failure comes as its engine captures, before any step."""
+
+
+@pytest.fixture(scope="module")
+def capture_case(tmp_path_factory) -> Path:
+    """The serving-loop case c128a fuzz saves on that mutant."""
+    from c128a.runners import fuzz
+
+    folder = tmp_path_factory.mktemp("capture")
+    report = fuzz.run_fuzz(fuzz.FuzzConfig(
+        target=CAPTURE_FAILS, device="cpu", max_examples=5, seed=1, workers=1, db="none",
+        cases_dir=str(folder / "cases"), report=str(folder / "report.json"),
+        exitfirst=True, chunk=5, only=(cases.SERVING_LOOP,), stateful=True, live=False,
+    ))
+    assert report["exit_status"] == 1, report
+    [saved] = cases.case_files(folder / "cases")
+    return saved
+
+
+def test_a_serving_loop_failure_at_capture_replays_from_its_engine_without_the_blob(
+    tmp_path, monkeypatch, capture_case
+):
+    """A failure found as the engine captures is saved with its engine (no
+    step), so that under another Hypothesis release, or with no blob, it
+    replays by capturing again: still failing on the mutant, passing on a
+    correct target. (Before: no machine_steps, and such a case could not be
+    replayed under another release.)"""
+    case = cases.load_case(capture_case)
+    assert case.machine_steps is not None and case.machine_steps.steps == ()
+    assert (case.machine_steps.max_model_len, case.machine_steps.capture_width) == (262144, 2048)
+    monkeypatch.setattr(cases, "run_state_machine_as_test", no_hypothesis)
+    without_blob = cases.load_case(fresh_copy(capture_case, tmp_path, lambda d: (
+        d.update(reproduce_blob=None), d["versions"].update(hypothesis=ANOTHER_RELEASE))))
+    still = cases.replay_case(without_blob, load_target(CAPTURE_FAILS), "cpu")
+    assert still.verdict == cases.FAILS, still.report
+    assert "global_decode_buffer row 0" in still.report and "without Hypothesis" in still.report
+    assert "(no step: it failed at capture)" in still.report
+    fixed = cases.replay_case(without_blob, load_target("reference"), "cpu")
+    assert fixed.verdict == cases.PASSES, fixed.report

@@ -224,8 +224,11 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         print(f"inputs:   {describe_batch(case.batch)}")
     if case.machine_steps is not None:
         recorded = case.machine_steps
-        print(f"steps:    {len(recorded.steps)} recorded engine step(s), max_model_len="
-              f"{recorded.max_model_len}, captured at W={recorded.capture_width} when recorded")
+        captured = (f"captured at W={recorded.capture_width} when recorded"
+                    if recorded.capture_width else "its policy gave no capture width when recorded")
+        print(f"steps:    {len(recorded.steps)} recorded engine step(s)"
+              f"{'' if recorded.steps else ' (it failed at capture)'}, max_model_len="
+              f"{recorded.max_model_len}, {captured}")
     if case.outside_contract:
         print(f"note:     the inputs break the contract's preconditions: {case.outside_contract}")
     try:
