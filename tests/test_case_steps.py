@@ -264,3 +264,48 @@ def test_a_serving_loop_failure_at_capture_replays_from_its_engine_without_the_b
     assert "(no step: it failed at capture)" in still.report
     fixed = cases.replay_case(without_blob, load_target("reference"), "cpu")
     assert fixed.verdict == cases.PASSES, fixed.report
+
+
+# ---------------------------------------------------------------- an edited case
+
+EDITS = {
+    "steps emptied": lambda steps: steps.update(steps=[]),
+    "engine size changed": lambda steps: steps.update(max_model_len=131072),
+    "a step's description changed": lambda steps: steps["steps"][0].update(description="[x]"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS)
+def test_an_edited_serving_loop_case_is_refused_naming_the_file_and_the_field(
+    tmp_path, fresh_case, capsys, edit
+):
+    """The steps a case records are tied to it by the digest written with
+    them: emptied or with another engine, they no longer hold the failure the
+    case records, and replay refuses the case (exit 2, one line naming the
+    file and the field) rather than call it passing. (Before: PASSES.)"""
+    path = fresh_copy(fresh_case, tmp_path, lambda d: edit(d["machine_steps"]))
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(path)
+    assert raised.value.field == "machine_steps"
+    assert "changed since the case was written" in raised.value.rule
+    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference"]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"error: {path}: field 'machine_steps': changed since"), line
+    assert "PASSES" not in captured.out
+
+
+def test_steps_edited_on_purpose_replay_once_their_digest_is_removed(tmp_path, fresh_case):
+    """What the refusal says to do: without the digest, the edited steps
+    are a case of their own and replay as they are."""
+    path = fresh_copy(fresh_case, tmp_path, lambda d: (
+        d["machine_steps"].update(steps=[]), d.pop("machine_steps_digest"),
+        d.update(reproduce_blob=None)))
+    outcome = cases.replay_case(cases.load_case(path), load_target(PACKED_STRIDE), "cpu")
+    assert outcome.verdict == cases.PASSES and "0 recorded engine step(s)" in outcome.report
+
+
+def test_the_kept_serving_loop_case_refuses_an_edit_of_its_engine(tmp_path):
+    path = kept_copy(tmp_path, lambda d: d["machine_steps"].update(kv_slots=20800))
+    with pytest.raises(cases.CaseError, match="'machine_steps': changed since"):
+        cases.load_case(path)

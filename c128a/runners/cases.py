@@ -103,6 +103,9 @@ class Case:
     steps: str | None = None  # the machine's steps as Hypothesis printed them, for the reader
     # The engine steps a serving-loop failure built, replayable without Hypothesis.
     machine_steps: MachineSteps | None = None
+    # A hash of machine_steps as written (:func:`machine_steps_digest`): an
+    # edited step or engine no longer matches it, and the case is refused.
+    machine_steps_digest: str | None = None
     outside_contract: str | None = None  # why the inputs break the contract's preconditions
     # A serving-loop round's size: replayable from its seed.
     round_examples: Annotated[int, Range(1, INT32.high)] | None = None
@@ -169,11 +172,42 @@ class Case:
         ):
             raise CaseError(path, "steps", "a serving_loop case needs its machine_steps, steps "
                             "or reproduce_blob")
+        # Last: a step malformed or outside the contract is named as such above.
+        _check_steps_digest(case, data.get("machine_steps"), path)
         return dataclasses.replace(case, path=Path(path) if path is not None else None)
 
 
 def _read_batch(value: Any, path, where: str) -> Batch | None:
     return None if value is None else Batch.from_json(value, path, where)
+
+
+def machine_steps_digest(recorded: Any) -> str:
+    """A hash of a serving-loop case's ``machine_steps`` as JSON data (as
+    written, whatever its layout): its engine and every step."""
+    text = json.dumps(recorded, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_steps_digest(case: Case, recorded: Any, path) -> None:
+    """The case's ``machine_steps``, as the file holds them, are those it
+    was written with: an edited step or engine replays something else than
+    the failure the case records (its message, printed steps and blob), so
+    such a case is refused rather than replayed. A case without a digest
+    (written before there was one) is read as it is, and so is one without
+    its steps, which replays from its blob as a case written before steps
+    were recorded (the blob drives the machine's own steps, checked against
+    the printed ones)."""
+    if case.machine_steps_digest is None or case.machine_steps is None:
+        return
+    found = machine_steps_digest(recorded)
+    if found != case.machine_steps_digest:
+        raise CaseError(
+            path, "machine_steps", f"changed since the case was written (they hash to {found}, "
+            f"machine_steps_digest={case.machine_steps_digest}): the steps or the engine were "
+            "edited, so they no longer hold the failure the case records; restore them from "
+            "the file's history, or, to replay the edited steps as a case of their own, remove "
+            "machine_steps_digest"
+        )
 
 
 def contract_breach(batch: Batch, padding_rows: str | None = None) -> str | None:
@@ -316,7 +350,12 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 
 def saved_form(case: Case) -> tuple[Case, str]:
-    """``case`` as its file holds it, and the file's text."""
+    """``case`` as its file holds it, and the file's text: its
+    ``machine_steps`` with their digest."""
+    if case.machine_steps is not None:
+        case = dataclasses.replace(
+            case, machine_steps_digest=machine_steps_digest(to_json(case.machine_steps))
+        )
     return case, readable_json(case.to_json()) + "\n"
 
 
