@@ -309,3 +309,24 @@ def test_the_kept_serving_loop_case_refuses_an_edit_of_its_engine(tmp_path):
     path = kept_copy(tmp_path, lambda d: d["machine_steps"].update(kv_slots=20800))
     with pytest.raises(cases.CaseError, match="'machine_steps': changed since"):
         cases.load_case(path)
+
+
+def test_a_serving_loop_case_too_large_with_its_steps_is_saved_with_its_blob(
+    tmp_path, monkeypatch, fresh_case
+):
+    """A serving-loop case whose recorded steps would make it larger than a
+    case may be: saved without them (saying so), replayable from its blob,
+    which drives the same steps again."""
+    case = cases.load_case(fresh_case)
+    if (problem := cases.blob_problem(case)) is not None:
+        pytest.skip(f"the blob cannot run here: {problem}")
+    without_steps = dataclasses.replace(case, machine_steps=None, machine_steps_digest=None)
+    room = len(json.dumps(without_steps.to_json(), separators=(",", ":"))) + 400
+    assert room < len(json.dumps(case.to_json(), separators=(",", ":")))
+    monkeypatch.setattr(cases, "MAX_CASE_BYTES", room)
+    path, new = cases.write_case(case, tmp_path)
+    assert new and path.stat().st_size <= room
+    saved = cases.load_case(path)
+    assert saved.machine_steps is None and "recorded engine step(s) were left out" in saved.failure
+    outcome = cases.replay_case(saved, load_target(PACKED_STRIDE), "cpu")
+    assert outcome.verdict == cases.FAILS and STRIDE_DIFF in outcome.report

@@ -438,3 +438,47 @@ def test_a_fuzz_run_keeps_its_finding_past_files_in_its_cases_name(tmp_path):
         [folder / name for name in names] + [Path(entry["path"])])
     outcome = cases.replay_case(saved, fuzz_mutant, "cpu", properties=FUZZ_PROPERTIES)
     assert outcome.verdict == cases.FAILS, outcome.report
+
+
+# ---------------------------------------------------------------- a case larger than replay reads
+
+
+@pytest.fixture
+def small_case_limit(monkeypatch) -> int:
+    """The one limit on a case's size, made 1 MiB: the writer and the reader
+    both follow it (it is defined once)."""
+    monkeypatch.setattr(cases, "MAX_CASE_BYTES", 1 << 20)
+    return 1 << 20
+
+
+def test_a_case_with_a_huge_message_is_saved_in_a_form_replay_reads(tmp_path, small_case_limit):
+    """A target's failure message larger than a case file may be: the case
+    is saved with the message's middle cut (saying so), within the limit the
+    reader reads, and replays to the failure. (Before: the file was written
+    whole and `c128a replay` refused it as larger than it reads.)"""
+    message = "x" * small_case_limit + "the end"
+    case = make_case(failure=f"TargetRaised: {message}")
+    path, new = cases.write_case(case, tmp_path)
+    assert new and path.stat().st_size <= small_case_limit
+    loaded = cases.load_case(path)
+    assert loaded.batch == case.batch and cases.case_filename(loaded) == path.name
+    assert loaded.failure.startswith("TargetRaised: xxx") and loaded.failure.endswith("the end")
+    assert "characters cut here: the case would have been larger than MAX_CASE_BYTES" in (
+        loaded.failure)
+    outcome = cases.replay_case(loaded, lens_mutant, "cpu", properties=STANDIN_PROPERTIES)
+    assert outcome.verdict == cases.FAILS
+    # Found again: the same case, already saved.
+    assert cases.write_case(case, tmp_path) == (path, False)
+
+
+def test_a_case_no_form_of_which_fits_is_kept_whole_in_the_report(tmp_path, monkeypatch):
+    """Where even the cut form is larger than the limit, the case is not
+    written half: the run keeps it whole in its report entry and says why."""
+    monkeypatch.setattr(cases, "MAX_CASE_BYTES", 1000)
+    book = CaseBook(tmp_path / "cases")
+    case = make_case()
+    book.found(0, case)
+    [entry] = book.entries
+    assert entry["path"] is None and "more than MAX_CASE_BYTES=1,000" in entry["not_written"]
+    assert cases.Case.from_json(entry["case"]) == case
+    assert list((tmp_path / "cases").glob("*.json")) == []

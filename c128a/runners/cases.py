@@ -349,14 +349,84 @@ def atomic_write_json(path: Path, data: Any) -> None:
     _replace_with(Path(path), readable_json(data) + "\n")
 
 
+# ---------------------------------------------------------------- the file a case is saved as
+
+
+MAX_CASE_BYTES = 64 << 20
+"""The largest case file: :func:`load_case` reads no more, and a case is
+never written larger (:func:`saved_form`). A 1M-context serving-loop step's
+table is about 100 KB of it."""
+KEPT_TEXT_CHARS = 32 << 10
+"""What a case too large for :data:`MAX_CASE_BYTES` keeps of each end of
+a text written for its reader (:data:`READERS_TEXTS`)."""
+READERS_TEXTS = ("failure", "sanitizer_report", "steps")
+"""The fields a case's replay does not run, in the order they are cut when
+the case would be too large: the failure message, a sanitizer's report,
+the steps as Hypothesis printed them."""
+
+
+class CaseTooLarge(OSError):
+    """A case that cannot be written within :data:`MAX_CASE_BYTES` even with
+    its readers' texts cut: kept whole in the run's report instead."""
+
+
+def _case_text(case: Case) -> str:
+    """The case's JSON, readable where that fits in :data:`MAX_CASE_BYTES`,
+    else without layout."""
+    data = case.to_json()
+    text = readable_json(data) + "\n"
+    if _fits(text):
+        return text
+    return json.dumps(data, separators=(",", ":")) + "\n"
+
+
+def _fits(text: str) -> bool:
+    return len(text.encode()) <= MAX_CASE_BYTES
+
+
+def _cut(text: str) -> str:
+    cut = len(text) - 2 * KEPT_TEXT_CHARS
+    return (f"{text[:KEPT_TEXT_CHARS]}\n[... {cut:,} characters cut here: the case would "
+            f"have been larger than MAX_CASE_BYTES={MAX_CASE_BYTES:,}, the most `c128a replay` "
+            f"reads ...]\n{text[-KEPT_TEXT_CHARS:]}")
+
+
 def saved_form(case: Case) -> tuple[Case, str]:
-    """``case`` as its file holds it, and the file's text: its
-    ``machine_steps`` with their digest."""
+    """``case`` as its file holds it, and the file's text, at most
+    :data:`MAX_CASE_BYTES` (what :func:`load_case` reads): its
+    ``machine_steps`` with their digest; where it would be larger, without
+    layout, then with the middle of each reader's text cut (the failure
+    message first), then, for a serving-loop case with a reproduce blob
+    (which drives the same steps again: :func:`machine_steps_from_blob`),
+    without its recorded steps. A case larger still raises
+    :class:`CaseTooLarge`."""
     if case.machine_steps is not None:
         case = dataclasses.replace(
             case, machine_steps_digest=machine_steps_digest(to_json(case.machine_steps))
         )
-    return case, readable_json(case.to_json()) + "\n"
+    text = _case_text(case)
+    for name in READERS_TEXTS:
+        value = getattr(case, name)
+        if _fits(text) or value is None or len(value) <= 2 * KEPT_TEXT_CHARS + 200:
+            continue
+        case = dataclasses.replace(case, **{name: _cut(value)})
+        text = _case_text(case)
+    if not _fits(text) and case.machine_steps is not None and case.reproduce_blob:
+        steps = len(case.machine_steps.steps)
+        case = dataclasses.replace(
+            case, machine_steps=None, machine_steps_digest=None,
+            failure=f"{case.failure}\n[its {steps} recorded engine step(s) were left out: with "
+            f"them the case was larger than MAX_CASE_BYTES={MAX_CASE_BYTES:,}; it replays from "
+            f"its reproduce_blob under hypothesis {case.versions.get('hypothesis', '?')}]",
+        )
+        text = _case_text(case)
+    if not _fits(text):
+        raise CaseTooLarge(
+            errno.EFBIG, f"the {case.kind} case is {len(text.encode()):,} bytes even with its "
+            f"readers' texts cut, more than MAX_CASE_BYTES={MAX_CASE_BYTES:,} (what c128a replay "
+            "reads)"
+        )
+    return case, text
 
 
 # ---------------------------------------------------------------- saving a case
@@ -419,7 +489,7 @@ def _read_back(path: Path, text: str) -> None:
     """``path`` holds ``text``, read from the disk again; else OSError."""
     try:
         with open(path, "rb") as handle:
-            written = handle.read()
+            written = handle.read(MAX_CASE_BYTES + 1)
     except OSError as exc:
         raise OSError(exc.errno, f"{path} was written but cannot be read back: "
                       f"{exc.strerror or exc}") from exc
@@ -438,7 +508,7 @@ def save_case(case: Case, cases_dir: Path | str) -> SavedCase:
     is linked into place from a complete temporary file, so of several runs
     sharing ``cases_dir`` exactly one claims it new and no reader sees half a
     file, then read back: a case said saved is on the disk. OSError when it
-    cannot be (a full disk, an unwritable folder)."""
+    cannot be (a full disk, an unwritable folder, :class:`CaseTooLarge`)."""
     form, text = saved_form(case)
     folder = Path(cases_dir)
     names = _case_names(form)
@@ -482,10 +552,6 @@ def rewrite_case(path: Path | str, case: Case) -> None:
     _, text = saved_form(case)
     _replace_with(Path(path), text)
     _read_back(Path(path), text)
-
-
-MAX_CASE_BYTES = 64 << 20
-"""The largest case file read (a 1M-context step's table is a few MB)."""
 
 
 FILE_KINDS = (
