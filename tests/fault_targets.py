@@ -65,6 +65,52 @@ slow_when_wrong = SimpleNamespace(build_c128a_topk_metadata=_slowly_when_wrong)
 its passing steps fast, and shrinking its failure takes minutes."""
 
 
+SLOWER_THAN_THE_STOP_S = 60.0
+_answered_wrong: list[bool] = []  # in this process
+
+
+def _stuck_after_its_first_wrong_answer(*args):
+    """Wrong at once on a late position, the first time; every call after
+    that takes a minute: the shrinking's next example outlasts any stop's
+    grace."""
+    if _answered_wrong:
+        time.sleep(SLOWER_THAN_THE_STOP_S)
+    positions, num_decode = args[0], args[2]
+    if bool((positions[:num_decode] >= THRESHOLD).any()):
+        _answered_wrong.append(True)
+    return _late_lengths_one_too_long(*args)
+
+
+stuck_while_it_shrinks = SimpleNamespace(
+    build_c128a_topk_metadata=_stuck_after_its_first_wrong_answer
+)
+"""Fails fast once; then each example, the shrinking's, takes a minute."""
+
+
+def _exits_0_after_its_first_wrong_answer(*args):
+    """Wrong at once on a late position, the first time; the call after that
+    ends its process with status 0, as a native library calling exit(0)
+    would: no exception, no message, no Python handler."""
+    if _answered_wrong:
+        os._exit(0)
+    return _stuck_after_its_first_wrong_answer(*args)
+
+
+exits_0_while_it_shrinks = SimpleNamespace(
+    build_c128a_topk_metadata=_exits_0_after_its_first_wrong_answer
+)
+"""``os._exit(0)`` in the first example the shrinking of its failure runs."""
+
+
+def _one_minute(*args):
+    time.sleep(SLOWER_THAN_THE_STOP_S)
+    return oracle.build_c128a_topk_metadata(*args)
+
+
+a_minute_a_call = SimpleNamespace(build_c128a_topk_metadata=_one_minute)
+"""Right, after a minute: a run shorter than that ends before any example does."""
+
+
 TARGET_EXIT_STATUS = 3
 """The status a fuzz worker exits with after a CUDA fault, from the target here."""
 
@@ -75,6 +121,8 @@ def _exits(*args):
 
 exits_3 = SimpleNamespace(build_c128a_topk_metadata=_exits)
 """A target that ends its process with ``sys.exit(3)`` on its first call."""
+
+
 
 
 def _interrupt(*args):

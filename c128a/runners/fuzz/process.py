@@ -24,6 +24,7 @@ from ...failures import failure_text
 from ..gpus import freeze_startup_heap, pin_to_gpu, thaw_heap
 from . import protocol
 from .rundir import pid_gone
+from .signals import STOP_SIGNALS
 from .worker import TERMINATED, Worker
 
 ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
@@ -31,6 +32,25 @@ WORKER_INTERRUPTED_EXIT = 130
 """A worker's exit status after a KeyboardInterrupt raised in it (by the target)."""
 PARENT_POLL_S = 1.0
 PR_SET_PDEATHSIG = 1  # prctl option: a signal for this process when its parent dies
+
+
+def start_process(process) -> None:
+    """Start ``process`` (of the fork server's context) with SIGINT, SIGTERM
+    and SIGHUP held for the moment of the start.
+
+    The process starts with them blocked and sets its own handling before
+    unblocking SIGINT and SIGTERM: a Ctrl-C to the process group during its
+    start-up is no traceback. The fork server, started by the first start,
+    inherits the mask and passes it on to every process it forks; here the
+    signals are only held for the moment, then delivered. SIGHUP stays
+    blocked in the fork server and the workers for good (they never unblock
+    it): a hangup reaches the whole process group, and it is the parent's to
+    stop the run; a fork server killed by it would take every worker with it."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def kill_group(process) -> None:
@@ -56,6 +76,21 @@ def run_worker(*args) -> None:
         worker_main(*args)
     except KeyboardInterrupt:
         sys.exit(WORKER_INTERRUPTED_EXIT)
+
+
+def take_over_the_process(parent: int, environ: dict[str, str]) -> None:
+    """What a process the supervisor starts (a worker, the target's loading)
+    does first: lead a session of its own (whatever it starts belongs to its
+    group), take the supervisor's environment (``environ``, as it was at the start),
+    watch the supervisor, ignore SIGINT (it arrives blocked: the parent
+    stops the run on Ctrl-C) and let SIGTERM stop it after its example."""
+    os.setsid()  # first: whatever it starts belongs to its group
+    os.environ.clear()
+    os.environ.update(environ)
+    watch_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def watch_parent(supervisor_pid: int) -> None:
@@ -89,29 +124,24 @@ def watch_parent(supervisor_pid: int) -> None:
 
 
 def worker_main(
-    index, generation, config, channel, stop, inflight, budget, gpu, parent, environ,
+    index, generation, config, channel, stop, halt, inflight, budget, gpu, parent, environ,
     skip_historical=frozenset(),
 ) -> None:
-    """A worker process: take the supervisor's environment (``environ``, as
-    it was at the spawn), watch the supervisor, pin, choose the device, load
-    everything, run rounds. SIGINT is ignored (it arrives blocked): the
-    parent stops the run on Ctrl-C (which, the worker leading a session of
-    its own, no longer reaches it from the terminal); a SIGTERM asks this worker to stop after its example, and, unless the run
-    is stopping too, to end by that signal (:func:`exit_by_sigterm`).
+    """A worker process: take over the process (:func:`take_over_the_process`),
+    pin, choose the device, load everything, run rounds. SIGINT is ignored: the parent stops the run on Ctrl-C
+    (which, the worker leading a session of its own, no longer reaches it
+    from the terminal); a SIGTERM asks this worker to stop after its
+    example, and, unless the run is stopping too, to end by that signal
+    (:func:`exit_by_sigterm`). ``stop`` ends the worker's rounds after their
+    example, a failure's shrinking excepted; ``halt`` ends the shrinking too.
     ``skip_historical``: the historical steps already saved as crash or hang
     cases (:func:`~.inflight.step_key`), which this worker does not run."""
-    os.setsid()  # first: whatever the worker starts belongs to its group
-    os.environ.clear()
-    os.environ.update(environ)
-    watch_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: TERMINATED.set())
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    take_over_the_process(parent, environ)
     try:
         if gpu is not None:
             pin_to_gpu(gpu)
         worker = Worker(index, generation, config, channel, stop, inflight, budget,
-                        skip_historical=skip_historical)
+                        skip_historical=skip_historical, halt=halt)
         freeze_startup_heap()
         channel.put(protocol.Ready(index))
         worker.loop()

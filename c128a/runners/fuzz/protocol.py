@@ -50,6 +50,17 @@ class Found(Message):
 
 
 @dataclass(frozen=True)
+class Shrinking(Message):
+    """A smaller failing example of the round the worker is shrinking: the
+    supervisor holds the latest, and keeps it in place of the round's
+    :class:`Found` case when the shrinking is cut short (the run's stop, a
+    kill, a crash)."""
+
+    case: Case
+    kind: ClassVar[str] = "shrinking"
+
+
+@dataclass(frozen=True)
 class Failure(Message):
     """The failure a round ended with, shrunk: it replaces the round's
     :class:`Found` case."""
@@ -82,4 +93,4 @@ class Done(Message):
     kind: ClassVar[str] = "done"
 
 
-MESSAGES = (Ready, Progress, Found, Failure, SuiteError, Fatal, Done)
+MESSAGES = (Ready, Progress, Found, Shrinking, Failure, SuiteError, Fatal, Done)
