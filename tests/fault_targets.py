@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -154,6 +155,11 @@ def _fails_after_removing_the_cases_dir(target, batch, device) -> None:
     matches_reference(target, batch, device)
 
 
+def _crashes(target, batch, device) -> None:
+    """Every example ends its worker (SIGKILL)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _harness_bug(target, batch, device) -> None:
     """A fault of the suite itself: a bare assertion of the harness."""
     assert batch.num_tokens < 0, "a harness assertion"
@@ -161,6 +167,7 @@ def _harness_bug(target, batch, device) -> None:
 
 FAULT_PROPERTIES = {
     "harness_bug": Property("harness_bug", small_batches, _harness_bug),
+    "crashes_every_time": Property("crashes_every_time", small_batches, _crashes),
     "matches_reference": Property("matches_reference", small_batches, matches_reference),
     "loses_cases_dir": Property("loses_cases_dir", small_batches,
                                 _fails_after_removing_the_cases_dir),

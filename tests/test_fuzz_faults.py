@@ -1067,6 +1067,24 @@ def test_a_folder_left_by_a_killed_run_is_removed_by_the_next_run(fuzz_process, 
     assert list(killed.temporary.glob("c128a-fuzz-*")) == []
 
 
+# ---------------------------------------------------------------- restarts
+
+
+def test_a_restarted_worker_goes_on_with_its_rotation(tmp_path, monkeypatch):
+    """Every example of the first property kills the worker: each restart
+    goes on with the round after the one it was lost in, so the second
+    property is fuzzed all the same. (Before: each restart began at round
+    0, the crashing property, until the worker gave up.)"""
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, properties=FAULTS_SPEC, max_examples=15, chunk=5,
+                         max_restarts=4, only=("crashes_every_time", "matches_reference"))
+    report = fuzz.run_fuzz(config)
+    assert report["per_property"].get("matches_reference", 0) >= 15, report["per_property"]
+    assert report["totals"]["crashes"] >= 2, report["totals"]
+    assert report["per_worker"][0]["state"] == "done", report["per_worker"]
+    assert report["exit_status"] == 1
+
+
 # ---------------------------------------------------------------- a run that checked nothing
 
 

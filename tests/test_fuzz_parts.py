@@ -39,7 +39,7 @@ EXAMPLE_MESSAGES = {
     protocol.Ready: protocol.Ready(3),
     protocol.Progress: protocol.Progress(
         3, examples=12, labels={"decode only": 12}, reach={"tokens: 1": 12},
-        per_property={"lens": 12}, running="lens", time={"target": 0.5, "draw": 0.25},
+        per_property={"lens": 12}, running="lens", round=7, time={"target": 0.5, "draw": 0.25},
     ),
     protocol.Found: protocol.Found(3, make_case(reproduce_blob=None)),
     protocol.Shrinking: protocol.Shrinking(3, make_case()),

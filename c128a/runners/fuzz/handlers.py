@@ -49,6 +49,7 @@ class MessageHandlers:
         stats.examples += message.examples
         stats.seconds.update(message.time)
         stats.running = message.running
+        self.slots[index].round = message.round
         self.labels.update(message.labels)
         self.reach.update(message.reach)
         self.per_property.update(message.per_property)

@@ -93,6 +93,7 @@ class ProgressCounter:
         self.per_property: Counter[str] = Counter()
         self.sent_at = time.monotonic()
         self.running = ""
+        self.round = 0  # the number of the round now running
 
     def count(self, name: str, labels=(), reach=()) -> None:
         """One example of property ``name``: the step's own ``labels`` and
@@ -108,7 +109,7 @@ class ProgressCounter:
     def flush(self) -> None:
         self.channel.put(protocol.Progress(
             self.index, examples=self.examples, labels=dict(self.labels), reach=dict(self.reach),
-            per_property=dict(self.per_property), running=self.running,
+            per_property=dict(self.per_property), running=self.running, round=self.round,
             time=self.timer.take(),
         ))
         self.examples = 0

@@ -125,10 +125,11 @@ def watch_parent(supervisor_pid: int) -> None:
 
 def worker_main(
     index, generation, config, channel, stop, halt, inflight, budget, gpu, parent, environ,
-    skip_historical=frozenset(),
+    skip_historical=frozenset(), first_round=0,
 ) -> None:
     """A worker process: take over the process (:func:`take_over_the_process`),
-    pin, choose the device, load everything, run rounds. SIGINT is ignored: the parent stops the run on Ctrl-C
+    pin, choose the device, load everything, run rounds from ``first_round``
+    of its rotation. SIGINT is ignored: the parent stops the run on Ctrl-C
     (which, the worker leading a session of its own, no longer reaches it
     from the terminal); a SIGTERM asks this worker to stop after its
     example, and, unless the run is stopping too, to end by that signal
@@ -141,7 +142,7 @@ def worker_main(
         if gpu is not None:
             pin_to_gpu(gpu)
         worker = Worker(index, generation, config, channel, stop, inflight, budget,
-                        skip_historical=skip_historical, halt=halt)
+                        skip_historical=skip_historical, halt=halt, first_round=first_round)
         freeze_startup_heap()
         channel.put(protocol.Ready(index))
         worker.loop()

@@ -37,6 +37,7 @@ class Progress(Message):
     reach: dict[str, int] = field(default_factory=dict)  # "dimension: bucket" -> examples
     per_property: dict[str, int] = field(default_factory=dict)
     running: str = ""  # the property or machine of the round now running
+    round: int = 0  # that round's number in the worker's rotation (a restart goes on after it)
     time: dict[str, float] = field(default_factory=dict)  # phase -> seconds (phases.ExampleTimer)
     kind: ClassVar[str] = "progress"
 

@@ -11,7 +11,7 @@ Before the workers, the target is loaded once in a child of the fork server
 (:mod:`.loading`): never in this process, where a target's exit at import
 ended the run without a word. A worker that dies (a CUDA fault, a signal,
 an exit without saying it is done) or runs one example past
-``--example-timeout`` is killed and restarted; the
+``--example-timeout`` is killed and restarted where its rotation was; the
 parent keeps its in-flight input as a ``crash`` or ``hang`` case. A worker's
 first failing example is saved before it shrinks, and the smaller ones it
 finds are held as they come, so a stop or a kill loses nothing found. A
@@ -92,6 +92,7 @@ class _Slot:
     ready: bool = False
     finished: bool = False
     broken: bool = False  # its channel held what is not a message
+    round: int = 0  # the round of its rotation it runs (its progress says), or starts at
 
 
 class Supervisor(MessageHandlers, LostWorkers):
@@ -132,7 +133,9 @@ class Supervisor(MessageHandlers, LostWorkers):
         remove_stale_run_dirs()
         self.run_dir = make_run_dir()
         self.run_dir_lost = False  # deleted during the run, and made again
-        self.slots = [_Slot() for _ in range(config.workers)]
+        # Worker i starts at the i-th round of the rotation: a short run
+        # reaches as many properties at once as it has workers.
+        self.slots = [_Slot(round=index) for index in range(config.workers)]
         self.stats = [WorkerStats(i) for i in range(config.workers)]
         self.labels: Counter[str] = Counter()
         self.reach: Counter[str] = Counter()  # "dimension: bucket" -> examples
@@ -202,7 +205,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             target=run_worker,
             args=(index, slot.generation, self.config, ChannelWriter(writing), self.stop,
                   self.halt, str(self.inflight_path(index)), budget, gpu, os.getpid(),
-                  dict(os.environ), frozenset(self.historical_saved)),
+                  dict(os.environ), frozenset(self.historical_saved), slot.round),
             name=f"c128a-fuzz-{index}",
             daemon=True,
         )
@@ -224,6 +227,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             return
         stats.restarts += 1
         slot.generation += 1
+        slot.round += 1  # the round it was lost in is over: on with the rotation
         self.spawn(index)
 
     def request_stop(self, why: str | None = None) -> None:

@@ -8,7 +8,10 @@ properties' ``@example`` batches) run in a worker's first round of each
 property only: they are fixed inputs, and Hypothesis prints every explicit
 example it runs, which made them most of a round's cost. Before every
 example the worker writes the input to its in-flight file, so that the
-parent keeps it if the worker dies.
+parent keeps it if the worker dies. The rounds rotate over the properties
+(and the machine), worker ``i`` starting at the ``i``-th, and a restarted
+worker at the round after the one it was lost in: a target that crashes
+often is still fuzzed on every property.
 
 A round's first failing example is sent before shrinking starts, and each
 smaller one as shrinking finds it (:class:`~.observe.ShrinkReports`): the
@@ -124,11 +127,12 @@ def selection(config: FuzzConfig, target) -> tuple[list, dict[str, str], object]
 
 class Worker:
     def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget,
-                 skip_historical=frozenset(), halt=None):
+                 skip_historical=frozenset(), halt=None, first_round: int = 0):
         self.index, self.generation, self.config = index, generation, config
         self.skip_historical = skip_historical  # step_key of historical steps saved as cases
         self.channel, self.stop, self.inflight, self.budget = channel, stop, Path(inflight), budget
         self.halt = halt  # set: a failure's shrinking ends too (None: never)
+        self.first_round = first_round  # where in the rotation this worker starts
         self.inflight_file = InflightFile(self.inflight)
         self.device_name = use_device(config.device)
         share_cores(config.workers)  # the oracle and the checks run on the CPU
@@ -220,9 +224,13 @@ class Worker:
         rounds = [*self.properties, *([SERVING_LOOP] if self.machine else [])]
         if not rounds:
             raise HarnessError("no property selected (check --only)")
-        number = 0
+        number = self.first_round
         while not self.stopping() and (self.budget is None or self.progress.total < self.budget):
             item = rounds[number % len(rounds)]
+            # The supervisor learns the round now running: a restart goes on after it.
+            self.progress.round = number
+            self.progress.running = item if item == SERVING_LOOP else item.name
+            self.progress.flush()
             seed = derive_seed(self.config.seed, self.index, self.generation, number)
             examples = self.config.chunk
             if self.budget is not None:
