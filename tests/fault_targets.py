@@ -230,6 +230,30 @@ def _spawn_a_child_then_hang(*args):
 spawns_a_child_and_hangs = SimpleNamespace(build_c128a_topk_metadata=_spawn_a_child_then_hang)
 
 
+def _start_sessions_of_its_own(*args):
+    """Start two sleeping processes that leave the worker's process group:
+    one in a session of its own (``start_new_session``), one through a shell
+    that runs ``setsid sleep`` in the background and exits (a daemon's
+    double fork: the sleeper's parent is gone at once); note each pid in the
+    folder ``$C128A_TEST_CHILD_PIDS`` names. The first call of the test (the
+    folder's ``crashed`` marker made) then ends its worker by SIGKILL,
+    orphaning both; the others return the oracle's answer."""
+    folder = Path(os.environ[CHILD_PIDS_ENV])
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    Path(folder, str(child.pid)).touch()
+    daemon = subprocess.run(["sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 & echo $!"],
+                            capture_output=True, text=True, check=True)
+    Path(folder, daemon.stdout.strip()).touch()
+    try:
+        os.close(os.open(folder / "crashed", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return oracle.build_c128a_topk_metadata(*args)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+starts_sessions_of_its_own = SimpleNamespace(build_c128a_topk_metadata=_start_sessions_of_its_own)
+
+
 # ---------------------------------------------------------------- historical steps
 
 HISTORICAL_STEP = Batch(

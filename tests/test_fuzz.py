@@ -364,6 +364,8 @@ def test_unknown_target_is_a_usage_error_before_any_worker_starts(tmp_path):
     with pytest.raises(UsageError, match="cannot import module 'no_such_module_c128a'"):
         fuzz.run_fuzz(make_config(tmp_path, target="no_such_module_c128a"))
     assert not (tmp_path / "report.json").exists()
+    # The child that refused at once left the workers' fork server running.
+    assert fuzz.run_fuzz(make_config(tmp_path, max_examples=3))["exit_status"] == 0
 
 
 def test_config_file_fills_in_what_the_command_line_leaves_out(tmp_path):

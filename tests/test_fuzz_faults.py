@@ -1019,6 +1019,34 @@ def test_a_hung_targets_child_processes_end_with_its_worker_and_the_run(fuzz_pro
                      what="the targets' children after SIGTERM to the run")
 
 
+def test_no_process_a_target_starts_outlives_the_run(tmp_path, monkeypatch):
+    """A target starts processes that leave its worker's process group (a
+    session of their own; a daemon's double fork, whose parent is gone at
+    once) on every call, and its first call then kills its worker: every one
+    of them has ended when the run has, those of the worker that died
+    included. (Before: each outlived the run, 76 in 15 s.)"""
+    pids = tmp_path / "child-pids"
+    pids.mkdir()
+    monkeypatch.setenv(CHILD_PIDS_ENV, str(pids))
+    monkeypatch.syspath_prepend(str(TESTS))
+    config = make_config(tmp_path, target="fault_targets:starts_sessions_of_its_own",
+                         properties=FAULTS_SPEC, max_examples=4)
+
+    def started() -> set[int]:
+        return {int(path.name) for path in pids.iterdir() if path.name.isdigit()}
+
+    try:
+        report = fuzz.run_fuzz(config)
+        assert report["totals"]["crashes"] == 1 and report["totals"]["examples"] >= 4, report
+        assert len(started()) >= 4, sorted(started())
+        assert_all_ended(started(), timeout=5,
+                         what="processes the target started, after the run ended")
+    finally:
+        for pid in started():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 # ---------------------------------------------------------------- historical steps
 
 

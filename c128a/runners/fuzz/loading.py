@@ -105,15 +105,15 @@ def _load(config: FuzzConfig, started: float) -> Loaded | Refused:
     return Loaded(target.spec, target.padding_rows, seconds, rounds, not_applicable)
 
 
-def load_in_a_child(context, config: FuzzConfig, deadline: float | None, timeout: float
-                    ) -> Loaded | None:
+def load_in_a_child(context, config: FuzzConfig, deadline: float | None, timeout: float,
+                    on_start=lambda process: None) -> Loaded | None:
     """Load ``config``'s target in a child of ``context`` (the fork server),
     waiting until ``deadline`` (a ``time.monotonic()``; None: no deadline)
     and at most ``timeout`` seconds: the :class:`Loaded`, or None when the
     deadline came first. :class:`TargetNotLoaded` when the target does not
     load (or the machine is not one), the child ends without answering, or
-    ``timeout`` passes. The child and whatever it started are ended before
-    this returns or raises
+    ``timeout`` passes. ``on_start(process)`` is called once it runs. The
+    child and whatever it started are ended before this returns or raises
     (a stop signal's :class:`~.signals.RunInterrupted` included)."""
     reading, writing = context.Pipe(duplex=False)
     process = context.Process(
@@ -125,6 +125,7 @@ def load_in_a_child(context, config: FuzzConfig, deadline: float | None, timeout
         start_process(process)
     finally:
         writing.close()
+    on_start(process)
     reader = ChannelReader(reading)
     started = time.monotonic()
     try:

@@ -7,7 +7,10 @@ says it is done (or why it could not run); a SIGTERM of its own ends it by
 that signal. A worker leads a session (and process group) of its own: what
 its target starts is in that group, and the supervisor ends the worker by
 killing the whole group (:func:`kill_group`), as ``c128a replay`` ends its
-children; a target's child process never outlives its worker.
+children. A worker is a child subreaper too, and what its target started in
+a session of its own is ended with it (:mod:`.strays`): a target's child
+process never outlives its worker. :func:`start_process` starts a worker
+(or the run's target loading, :mod:`.loading`) from the fork server.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..gpus import freeze_startup_heap, pin_to_gpu, thaw_heap
 from . import protocol
 from .rundir import pid_gone
 from .signals import STOP_SIGNALS
+from .strays import become_subreaper, end_tree
 from .worker import TERMINATED, Worker
 
 ORPHAN_EXIT = 4  # a worker's exit status when its parent is gone
@@ -54,11 +58,14 @@ def start_process(process) -> None:
 
 
 def kill_group(process) -> None:
-    """SIGKILL to worker ``process``'s process group: the worker, if it still
-    runs, and every process its code started (a worker leads its group: its
-    pid is the group's id). A group that has ended is no error."""
+    """SIGKILL to worker ``process``'s process group and to every process
+    below it: the worker, if it still runs, and every process its code
+    started, in its group (a worker leads its group: its pid is the group's
+    id) or in a session of its own (:func:`~.strays.end_tree`). A group that
+    has ended is no error."""
     if process.pid is None:
         return
+    end_tree(process.pid)
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -81,10 +88,12 @@ def run_worker(*args) -> None:
 def take_over_the_process(parent: int, environ: dict[str, str]) -> None:
     """What a process the supervisor starts (a worker, the target's loading)
     does first: lead a session of its own (whatever it starts belongs to its
-    group), take the supervisor's environment (``environ``, as it was at the start),
+    group), become a child subreaper (what it orphans stays below it), take
+    the supervisor's environment (``environ``, as it was at the start),
     watch the supervisor, ignore SIGINT (it arrives blocked: the parent
     stops the run on Ctrl-C) and let SIGTERM stop it after its example."""
     os.setsid()  # first: whatever it starts belongs to its group
+    become_subreaper()
     os.environ.clear()
     os.environ.update(environ)
     watch_parent(parent)

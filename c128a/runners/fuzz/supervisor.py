@@ -15,8 +15,9 @@ an exit without saying it is done) or runs one example past
 parent keeps its in-flight input as a ``crash`` or ``hang`` case. A worker's
 first failing example is saved before it shrinks, and the smaller ones it
 finds are held as they come, so a stop or a kill loses nothing found. A
-worker is ended with its whole process group (:func:`~.process.kill_group`):
-what its target started never outlives it.
+worker is ended with its whole process group and every process below it,
+and the run ends every process its workers orphaned (:mod:`.strays`): what
+a target started never outlives the run.
 
 The run's deadline counts from its start (``started``: the command's, before
 the target loads), and the run ends by it plus :data:`STOP_GRACE_S` (and the
@@ -63,6 +64,7 @@ from .process import kill_group, run_worker, start_process
 from .report import WorkerStats, build_report, render, status_line
 from .rundir import make_run_dir, remade, remove_stale_run_dirs
 from .signals import STOP_SIGNALS, RunInterrupted, RunSignals, describe_signal
+from .strays import Strays, parent_table
 
 WORKER_PRELOAD = ("c128a.runners.fuzz.process", "c128a.replay", "triton")
 """What the fork server imports before it forks workers: nothing that depends
@@ -161,6 +163,8 @@ class Supervisor(MessageHandlers, LostWorkers):
         self.not_started: str | None = None  # why no worker was started
         self.ran = False  # the rounds began (workers were started)
         self.best: dict[int, Any] = {}  # worker -> the smallest failing example it has sent
+        self.strays = Strays()  # the processes the run's workers orphan
+        self.fork_server_noted = False
         self.budgets = None if config.max_examples is None else [
             config.max_examples // config.workers
             + (1 if i < config.max_examples % config.workers else 0)
@@ -213,6 +217,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             start_process(slot.process)
         finally:
             writing.close()  # the worker has its copy: the channel ends when the worker does
+        self.note_fork_server(slot.process)
         slot.spawned = slot.activity = time.monotonic()
         slot.ready = False
         stats.state = "starting"
@@ -229,6 +234,19 @@ class Supervisor(MessageHandlers, LostWorkers):
         slot.generation += 1
         slot.round += 1  # the round it was lost in is over: on with the rotation
         self.spawn(index)
+
+    def note_fork_server(self, process) -> None:
+        """The fork server (the parent of ``process``, which it forked; the
+        first start started it) is this process's child: never a stray."""
+        if not self.fork_server_noted:
+            self.fork_server_noted = True
+            self.strays.keep_children_now()
+            if (server := parent_table().get(process.pid)) is not None:
+                self.strays.kept.add(server)
+
+    def sweep_strays(self) -> None:
+        """End what the run's ended workers orphaned (:mod:`.strays`)."""
+        self.strays.sweep()
 
     def request_stop(self, why: str | None = None) -> None:
         """No next example, but a failure being shrunk shrinks on: after
@@ -293,6 +311,7 @@ class Supervisor(MessageHandlers, LostWorkers):
         if not process.is_alive():
             process.join()
             kill_group(process)  # what the worker's code started and left running
+            self.sweep_strays()
             self.drain(index)
             unfinished = getattr(slot.channel, "unfinished_frame", lambda: None)()
             if unfinished and process.exitcode is not None and process.exitcode >= 0:
@@ -324,6 +343,7 @@ class Supervisor(MessageHandlers, LostWorkers):
         if now - activity > limit:
             kill_group(process)
             process.join()
+            self.sweep_strays()
             stats.hangs += 1
             self.lost_input_case(
                 index, "hang",
@@ -336,6 +356,7 @@ class Supervisor(MessageHandlers, LostWorkers):
         """The grace period is over: end the workers still running, keeping
         what each was doing (``starting_only``: those not ready yet, which
         have nothing to finish)."""
+        killed = False
         for index, slot in enumerate(self.slots):
             if slot.finished or slot.process is None or (starting_only and slot.ready):
                 continue
@@ -343,8 +364,10 @@ class Supervisor(MessageHandlers, LostWorkers):
             slot.process.join()
             self.drain(index)
             self.cut_short(index, "the worker was killed at the stop")
-            slot.finished = True
+            slot.finished = killed = True
             self.stats[index].state = "killed at stop" if slot.ready else "stopped while starting"
+        if killed:
+            self.sweep_strays()
 
     # -- before the workers
 
@@ -357,11 +380,13 @@ class Supervisor(MessageHandlers, LostWorkers):
         (:attr:`not_started`), said in its report."""
         try:
             loaded = load_in_a_child(self.context, self.config, self.deadline,
-                                     STARTUP_TIMEOUT_S)
+                                     STARTUP_TIMEOUT_S, on_start=self.note_fork_server)
         except TargetNotLoaded as exc:
             if exc.what == "target" and origin:
                 raise UsageError(f"{exc} (target from {origin})") from exc
             raise
+        finally:
+            self.sweep_strays()
         if loaded is None:
             self.not_started = (
                 f"the target was still loading when the deadline came, "
@@ -446,6 +471,7 @@ class Supervisor(MessageHandlers, LostWorkers):
                     self.cut_short(index, "the run ended")
                 if slot.process is not None:
                     kill_group(slot.process)
+            self.sweep_strays()
             if display:
                 display.update(render(self))
                 display.stop()
@@ -527,6 +553,7 @@ def run_fuzz(config: FuzzConfig, console=None, signals: RunSignals | None = None
     with contextlib.nullcontext(signals) if signals else RunSignals() as signals:
         check_paths(config)
         supervisor = Supervisor(config, console, started=started)
+        supervisor.strays.adopt()
         try:
             supervisor.load_target(target_origin)
             supervisor.run(signals)
@@ -538,3 +565,4 @@ def run_fuzz(config: FuzzConfig, console=None, signals: RunSignals | None = None
             return end_interrupted(supervisor, supervisor.config, console, signals, stop)
         finally:
             shutil.rmtree(supervisor.run_dir, ignore_errors=True)
+            supervisor.strays.release()
