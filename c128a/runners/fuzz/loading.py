@@ -121,36 +121,44 @@ def load_in_a_child(context, config: FuzzConfig, deadline: float | None, timeout
                                       dict(os.environ)),
         name="c128a-fuzz-load", daemon=True,
     )
+    # Protected from the start: a stop signal at any point after the child
+    # forked (RunInterrupted) must not leave it running. (It only stops on
+    # SIGKILL: multiprocessing's exit would send it SIGTERM and wait for it.)
     try:
-        start_process(process)
+        try:
+            start_process(process)
+        finally:
+            writing.close()
+        on_start(process)
+        return _wait(process, ChannelReader(reading), config, deadline, timeout)
     finally:
-        writing.close()
-    on_start(process)
-    reader = ChannelReader(reading)
+        if process.pid is not None:
+            kill_group(process)
+            process.join()
+        reading.close()
+
+
+def _wait(process, reader: ChannelReader, config: FuzzConfig, deadline: float | None,
+          timeout: float) -> Loaded | None:
     started = time.monotonic()
-    try:
-        while True:
+    while True:
+        answer = _answer(reader, config)
+        if answer is None and not process.is_alive():
+            process.join()
             answer = _answer(reader, config)
-            if answer is None and not process.is_alive():
-                process.join()
-                answer = _answer(reader, config)
-                if answer is None:
-                    raise TargetNotLoaded("target", _ended(config, process.exitcode))
-            if isinstance(answer, Refused):
-                raise TargetNotLoaded(answer.what, answer.text)
-            if answer is not None:
-                return answer
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return None
-            if now - started > timeout:
-                raise TargetNotLoaded("target", f"target {config.target!r} did not load within "
-                                      f"{timeout:g} s; nothing was fuzzed")
-            time.sleep(POLL_INTERVAL_S)
-    finally:
-        kill_group(process)
-        process.join()
-        reader.close()
+            if answer is None:
+                raise TargetNotLoaded("target", _ended(config, process.exitcode))
+        if isinstance(answer, Refused):
+            raise TargetNotLoaded(answer.what, answer.text)
+        if answer is not None:
+            return answer
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return None
+        if now - started > timeout:
+            raise TargetNotLoaded("target", f"target {config.target!r} did not load within "
+                                  f"{timeout:g} s; nothing was fuzzed")
+        time.sleep(POLL_INTERVAL_S)
 
 
 def _answer(reader: ChannelReader, config: FuzzConfig):
