@@ -88,16 +88,22 @@ def padding_rows_line(variant: str, origin: str) -> str:
 
 def load_target_or_refuse(spec: str, origin: str, padding_rows: str | None):
     """The target ``spec`` names, loaded; one that does not load (a bad spec,
-    a release that cannot be fetched or extracted, vLLM not importable) is a
-    usage error of the run, in one line naming the spec and why: a run that
-    cannot exercise its target checks nothing and must not pass. Raised in
-    ``pytest_configure``, so the controller of an xdist run refuses before
-    any worker starts."""
+    a module that raises or exits while imported, a release that cannot be
+    fetched or extracted, vLLM not importable) is a usage error of the run,
+    in one line naming the spec and why: a run that cannot exercise its
+    target checks nothing and must not pass. Raised in ``pytest_configure``,
+    so the controller of an xdist run refuses before any worker starts. A
+    ``KeyboardInterrupt`` while it imports (Ctrl-C, or the module raising
+    it) ends the run as pytest's interruption, in one line."""
     from c128a.failures import TargetSpecError, TargetUnavailable
     from c128a.targets import load_target
 
     try:
         return load_target(spec, padding_rows)
+    except KeyboardInterrupt:
+        pytest.exit(f"c128a: interrupted while importing target {spec!r} (from {origin}): "
+                    "KeyboardInterrupt (Ctrl-C, or the module raised it); nothing ran",
+                    returncode=pytest.ExitCode.INTERRUPTED)
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
     except TargetUnavailable as exc:
@@ -315,8 +321,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from c128a.failures import TargetSpecError
     from c128a.targets import resolve_padding_rows, resolve_spec
 
-    spec, origin = resolve_spec(config.getoption("c128a_target"))
     try:
+        spec, origin = resolve_spec(config.getoption("c128a_target"))
         padding_rows, padding_origin = resolve_padding_rows(
             config.getoption("c128a_padding_rows"), PADDING_ROWS_OPTION
         )
