@@ -67,7 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except UsageError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from None
-    config.pluginmanager.register(verdicts.Verdicts(config, allow_not_run), verdicts.PLUGIN_NAME)
+    verdicts_plugin = verdicts.Verdicts(config, allow_not_run)
+    config.pluginmanager.register(verdicts_plugin, verdicts.PLUGIN_NAME)
     from c128a.conformance import case_folders
     from c128a.runners.cases import case_files
 
@@ -100,9 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
             listed = known_failures.read_known_failures(config.invocation_params.dir / path, names)
         except known_failures.KnownFailuresError as exc:
             raise pytest.UsageError(f"c128a: {KNOWN_FAILURES_OPTION}: {exc}") from None
-        config.pluginmanager.register(
-            known_failures.KnownFailures(config, listed), known_failures.PLUGIN_NAME
-        )
+        known = known_failures.KnownFailures(config, listed)
+        config.pluginmanager.register(known, known_failures.PLUGIN_NAME)
+        verdicts_plugin.accept_not_run(known.accepted_not_run())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

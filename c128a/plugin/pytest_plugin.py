@@ -26,9 +26,11 @@ MARKERS = (
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
     "consumers: pipeline tests: the views fed to the consumers an engine runs on them",
     "compile_keys: every launch's compile key among those its warm-up compiles",
-    "applies_to(predicate): a check only of the targets for which predicate(target) is true "
-    "(a check of the project's own code, which another target does not use); deselected for "
-    "the others, never skipped (a skipped check is one that did not run)",
+    "applies_to(predicate, why=...): a check only of the targets for which predicate(target) "
+    "is true (a check of the project's own code, or of a capability the target does not have: "
+    "no keyed launcher, no batch-invariant mode, no jit_functions); deselected for the others "
+    "and listed as not applicable (why: what they lack), never skipped (a skipped check is one "
+    "that did not run)",
     "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
     "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",
@@ -159,10 +161,14 @@ def checks_of_other_targets(target, items: list[pytest.Item]) -> list[pytest.Ite
             if any(not marker.args[0](target) for marker in item.iter_markers("applies_to"))]
 
 
+# Last: the checks -k and -m deselect are not listed as not applicable.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from c128a.plugin import scheduling
+    from c128a.plugin import scheduling, verdicts
 
-    others = checks_of_other_targets(config.stash[_state_key]["target"], items)
+    target = config.stash[_state_key]["target"]
+    others = checks_of_other_targets(target, items)
+    verdicts.record_not_applicable(config, others, target)
     if others:
         excluded = set(others)
         items[:] = [item for item in items if item not in excluded]
@@ -392,11 +398,11 @@ def batch_invariant_lines() -> list[str]:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash[_state_key]
     if item.get_closest_marker("cuda") and state["device"] != "cuda":
-        from c128a.conformance.requirements import needs
+        from c128a.conformance.requirements import skip_for_want_of
         from c128a.targets.device import cuda_available
 
-        pytest.skip(needs("CUDA", "running with --c128a-device=cpu" if cuda_available()
-                          else "no GPU here (torch.cuda.is_available() is False)"))
+        skip_for_want_of("CUDA", "running with --c128a-device=cpu" if cuda_available()
+                         else "no GPU here (torch.cuda.is_available() is False)")
 
 
 @pytest.fixture(scope="session")
