@@ -174,3 +174,83 @@ def test_cuda_device_without_gpu_is_a_usage_error(pytester):
     result = pytester.runpytest_subprocess("--c128a-device=cuda")
     result.stderr.fnmatch_lines(["*c128a: device='cuda' but torch.cuda.is_available() is False*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+# ---------------------------------------------------------------- code that ends the process
+
+ENDING_TARGET = """
+import ctypes
+import os
+
+from c128a.contract import oracle
+
+HOW, WHEN = os.environ["C128A_TEST_ENDING"].split(":")
+
+
+def _end():
+    if HOW == "os._exit":
+        os._exit(0)
+    ctypes.CDLL(None).exit(0)  # a native library calling exit(0)
+
+
+if WHEN == "import":
+    _end()
+
+
+def build_c128a_topk_metadata(*args):
+    _end()
+    return oracle.build_c128a_topk_metadata(*args)
+"""
+ENDING_CHECK = """
+import pytest
+
+from c128a.step import build
+from c128a.strategies import HISTORICAL_BATCHES
+
+
+@pytest.mark.conformance("matches_oracle")
+def test_builds(c128a_target, c128a_device):
+    build(c128a_target, HISTORICAL_BATCHES["upstream_two_decode_two_prefill"], c128a_device)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["plain", "n1"])
+@pytest.mark.parametrize("how, when", [
+    ("os._exit", "build"), ("exit", "import"), ("exit", "build"),
+])
+def test_code_ending_the_process_ends_the_run_red_in_one_line(pytester, monkeypatch, how, when,
+                                                              xdist):
+    # Before: exit 0 and no output, a run that checked nothing read as a pass.
+    # (os._exit at import: test_a_module_that_raises_exits_or_declares_badly_...)
+    pytester.makepyfile(ending_target=ENDING_TARGET, test_checks=ENDING_CHECK)
+    monkeypatch.setenv("C128A_TEST_ENDING", f"{how}:{when}")
+    result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=ending_target",
+                                           "-p", "no:cacheprovider", "-p", "no:randomly",
+                                           "test_checks.py", *xdist, timeout=180)
+    output = result.stdout.str() + result.stderr.str()
+    said = [line for line in output.splitlines() if "c128a: the process called exit()" in line]
+    if when == "import":
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, output
+        assert len(said) == 1 and "during the import of target 'ending_target', before the "
+        "pytest run finished" in said[0], output
+        assert "passed" not in output
+        return
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    if how == "os._exit":  # refused where it was called: the target's failure
+        result.stdout.fnmatch_lines([
+            "*TargetRaised: [[]target_raised] the target's build_c128a_topk_metadata raised "
+            "ExitCalled: os._exit(0) called during test test_checks.py::test_builds, before the "
+            "run finished*",
+            "c128a conformance: 1 checks ran: 0 passed, 1 failed, 0 expected failures; 0 not run",
+        ])
+        return
+    assert len(said) == 1 and "during test test_checks.py::test_builds, before the pytest run "
+    "finished: the pytest run did not finish, so it is not a pass (exit status 1)" in said[0], (
+        output)
+    if xdist:  # the worker died: the controller counts its check failed, never passed
+        result.stdout.fnmatch_lines([
+            "c128a conformance: 1 checks ran: 0 passed, 1 failed, 0 expected failures; 0 not run",
+            "  crashed: test_checks.py::test_builds (matches_oracle): the worker running it "
+            "died; it did not pass",
+        ])

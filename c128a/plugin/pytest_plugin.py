@@ -38,6 +38,7 @@ MARKERS = (
 
 _state_key = pytest.StashKey[dict]()
 _collect_only_storage_key = pytest.StashKey[str | None]()
+_guard_key = pytest.StashKey[object]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -189,6 +190,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     from c128a.runners.gpus import thaw_heap
 
+    run_guard = config.stash.get(_guard_key, None)
+    if run_guard is not None:
+        run_guard.finish()
     thaw_heap()
     folder = config.stash.get(_collect_only_storage_key, None)
     if folder is not None:
@@ -325,7 +329,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"c128a: {exc}") from exc
 
     from c128a.failures import TargetSpecError
-    from c128a.targets import resolve_padding_rows, resolve_spec
+    from c128a.targets import exits, resolve_padding_rows, resolve_spec
 
     try:
         spec, origin = resolve_spec(config.getoption("c128a_target"))
@@ -334,7 +338,14 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
+    # From here to pytest_unconfigure, code that would end the process (the
+    # target's import or build calling os._exit, a native library calling
+    # exit()) is refused or ends it non-zero, in one line.
+    run_guard = exits.guard("the pytest run", f"the import of target {spec!r}",
+                            pytest.ExitCode.USAGE_ERROR)
+    config.stash[_guard_key] = run_guard
     target = load_target_or_refuse(spec, origin, padding_rows)
+    run_guard.doing("the pytest run, outside any test", pytest.ExitCode.TESTS_FAILED)
     strict_sentinels = resolve_strict_sentinels(
         config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
     )
@@ -393,6 +404,21 @@ def batch_invariant_lines() -> list[str]:
         f"c128a batch-invariant mode: ${BATCH_INVARIANT_ENV}={os.environ[BATCH_INVARIANT_ENV]} "
         "pins the policy's W to C; adaptive widths are only tested where a test sets W itself"
     ]
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """While a test runs, code ending the process is reported naming it."""
+    run_guard = item.config.stash.get(_guard_key, None)
+    if run_guard is None:
+        return (yield)
+    from c128a.plugin.verdicts import shown_item
+
+    run_guard.doing(f"test {shown_item(item)}")
+    try:
+        return (yield)
+    finally:
+        run_guard.doing("the pytest run, outside any test")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
