@@ -176,6 +176,93 @@ def test_cuda_device_without_gpu_is_a_usage_error(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+# ---------------------------------------------------------------- targets that do not load, in one line
+
+
+def _device_option(c128a_device) -> str:
+    """The option for a run in this process: the session's device (a CUDA
+    session refuses the CPU once its kernels are imported)."""
+    return f"--c128a-device={c128a_device.type}"
+
+
+NOT_LOADING = {
+    "importorskip": ("import pytest\npytest.importorskip('no_such_module_c128a_test')\n",
+                     "*importing module 'not_loading' raised Skipped: could not import "
+                     "'no_such_module_c128a_test'*"),
+    "own-base-exception": ("class Stop(BaseException):\n    pass\nraise Stop('stopped')\n",
+                           "*importing module 'not_loading' raised Stop: stopped*"),
+    "os-exit": ("import os\nos._exit(0)\n",
+                "*importing module 'not_loading' raised ExitCalled: os._exit(0) called during "
+                "the import of target 'not_loading', before the run finished*"),
+    "wrong-declaration": ("from c128a.contract.oracle import build_c128a_topk_metadata\n"
+                          "def my_kernel():\n    pass\njit_functions = my_kernel\n",
+                          "*target 'not_loading': jit_functions = <function my_kernel*> (type "
+                          "function); it must be a tuple or list*"),
+}
+
+
+@pytest.mark.parametrize("kind", NOT_LOADING)
+def test_a_module_that_raises_exits_or_declares_badly_stops_the_run_in_one_line(
+    pytester, monkeypatch, c128a_device, kind
+):
+    # Before: INTERNALERROR and a traceback (exit 3), or, for os._exit(0)
+    # while imported, exit 0 and no output: a run that checked nothing, green.
+    source, line = NOT_LOADING[kind]
+    pytester.makepyfile(not_loading=source)
+    monkeypatch.syspath_prepend(str(pytester.path))
+    result = pytester.runpytest("--pyargs", "c128a.conformance", _device_option(c128a_device),
+                                "--c128a-target=not_loading", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    refusals = [text for text in result.stderr.lines if "c128a:" in text]
+    assert len(refusals) == 1, result.stderr.lines
+    assert fnmatch(refusals[0], "ERROR: c128a: " + line), refusals[0]
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_an_empty_target_spec_stops_the_run_in_one_line(pytester, monkeypatch, c128a_device, how):
+    # Before: --c128a-target=$SPEC with $SPEC unset tested triton, the default, and passed.
+    pytester.makepyfile(PROBE)
+    if how == "option":
+        monkeypatch.delenv("C128A_TARGET", raising=False)
+        result = pytester.runpytest(_device_option(c128a_device), "--c128a-target=")
+        origin = "--c128a-target"
+    else:
+        monkeypatch.setenv("C128A_TARGET", "")
+        result = pytester.runpytest(_device_option(c128a_device))
+        origin = "$C128A_TARGET"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: c128a: {origin}='' names no target *"])
+    assert "TARGET" not in result.stdout.str()  # the probe never ran
+
+
+@pytest.mark.slow
+def test_a_target_module_raising_keyboard_interrupt_stops_the_run_in_one_line(pytester):
+    # Before: exit 2 and nothing said. (In a child: pytester's in-process run
+    # cannot take an interruption before the session starts.)
+    pytester.makepyfile(interrupting="raise KeyboardInterrupt\n")
+    result = pytester.runpytest_subprocess("--pyargs", "c128a.conformance", "--c128a-device=cpu",
+                                           "--c128a-target=interrupting")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stderr.fnmatch_lines([
+        "Exit: c128a: interrupted while importing target 'interrupting' (from --c128a-target): "
+        "KeyboardInterrupt (Ctrl-C, or the module raised it); nothing ran",
+    ])
+
+
+def test_an_unknown_hypothesis_profile_is_one_usage_line(pytester, c128a_device):
+    # Before: INTERNALERROR with Hypothesis's traceback.
+    pytester.makepyfile(PROBE)
+    result = pytester.runpytest(_device_option(c128a_device), "--hypothesis-profile=nonexistent")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: c128a: --hypothesis-profile='nonexistent' names no registered Hypothesis "
+        "profile; c128a registers ci, dev, fuzz, gpu (c128a/checks/profiles.py), Hypothesis "
+        "'default'; a conftest.py may register others (settings.register_profile)",
+    ])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 # ---------------------------------------------------------------- code that ends the process
 
 ENDING_TARGET = """

@@ -306,7 +306,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     profiles.register_profiles()
     profile = config.getoption("hypothesis_profile", None)
-    if not profile:
+    if profile:
+        check_profile(profile)
+    else:
         # Hypothesis's own plugin loads an explicit --hypothesis-profile later.
         profile = profiles.default_profile()
         settings.load_profile(profile)
@@ -404,6 +406,25 @@ def batch_invariant_lines() -> list[str]:
         f"c128a batch-invariant mode: ${BATCH_INVARIANT_ENV}={os.environ[BATCH_INVARIANT_ENV]} "
         "pins the policy's W to C; adaptive widths are only tested where a test sets W itself"
     ]
+
+
+def check_profile(name: str) -> None:
+    """An explicit ``--hypothesis-profile`` must name a registered profile:
+    refused here in one line (Hypothesis's own plugin, after this one,
+    would stop the run with an internal error)."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    from c128a.checks.profiles import PROFILES
+
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        raise pytest.UsageError(
+            f"c128a: --hypothesis-profile={name!r} names no registered Hypothesis profile; "
+            f"c128a registers {', '.join(PROFILES)} (c128a/checks/profiles.py), Hypothesis "
+            "'default'; a conftest.py may register others (settings.register_profile)"
+        ) from None
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
