@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -427,3 +428,64 @@ def test_a_not_run_line_accepts_what_does_not_run_and_goes_stale_when_all_runs(
         "FAILED known.txt::views - known.txt:1 accepts that 'views' does not run*",
     ])
 
+
+# ---------------------------------------------------------------- a check that hangs
+
+HANGING_TARGET = """
+import ctypes
+
+from c128a.contract import oracle
+
+
+def build_c128a_topk_metadata(*args):
+    ctypes.CDLL(None).sleep(3600)  # in native code: no Python signal handler runs there
+    return oracle.build_c128a_topk_metadata(*args)
+"""
+
+
+@pytest.mark.slow
+def test_a_hanging_check_ends_the_run_red_naming_it_wherever_it_runs(pytester):
+    # Before: from a folder without this repository's ini file (a kernel's own
+    # repository), no timeout at all: the run hung for ever.
+    pytester.makepyfile(hanging_target=HANGING_TARGET)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "c128a.conformance.test_properties", "--c128a-device=cpu",
+        "--c128a-target=hanging_target", "-k", "test_property and views", "-p", "no:randomly",
+        "-p", "no:cacheprovider", "--c128a-check-timeout=3", timeout=300)
+    assert time.monotonic() - started < 120
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["c128a check timeout: 3 s a check (from --c128a-check-timeout)*"])
+    result.stderr.fnmatch_lines([
+        "*in build_c128a_topk_metadata*",  # the stacks, where it hangs
+        "c128a: check test_properties.py::test_property[[]views] (views) ran past its time limit "
+        "of 3 s (from --c128a-check-timeout; --c128a-check-timeout or $C128A_CHECK_TIMEOUT sets "
+        "it): its process ends here, stacks above; a check that does not finish is not a pass",
+    ])
+
+
+@pytest.mark.parametrize("given, line", [
+    pytest.param([], "c128a check timeout: 900 s a check (from default)*", id="default"),
+    pytest.param(["--timeout=42"], "c128a check timeout: 72 s a check (from pytest-timeout's "
+                 "--timeout 42 s, plus 30 s for its own method to act first)*",
+                 id="pytest-timeout"),
+    pytest.param(["--timeout=42", "--c128a-check-timeout=7"], "c128a check timeout: 7 s a check "
+                 "(from --c128a-check-timeout)*", id="own-option-wins"),
+    pytest.param(["--c128a-check-timeout=0"], "c128a check timeout: none (from "
+                 "--c128a-check-timeout)", id="none"),
+])
+def test_the_check_timeout_does_not_shadow_a_users_timeout(pytester, c128a_device, monkeypatch,
+                                                           given, line):
+    monkeypatch.delenv("PYTEST_TIMEOUT", raising=False)
+    monkeypatch.delenv("C128A_CHECK_TIMEOUT", raising=False)
+    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--co", *given)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([line])
+
+
+def test_a_check_timeout_that_is_no_number_is_a_usage_error(pytester, c128a_device, monkeypatch):
+    monkeypatch.setenv("C128A_CHECK_TIMEOUT", "soon")
+    result = pytester.runpytest(*REGRESSIONS, device(c128a_device), "--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: c128a: $C128A_CHECK_TIMEOUT='soon' is not a number of "
+                                 "seconds; give one (0: no limit)"])
