@@ -276,3 +276,43 @@ def test_a_stop_of_the_run_passes_through_the_targets_code():
     assert is_runner_stop(ReplayInterrupted(2)) and is_runner_stop(KeyboardInterrupt())
     assert not is_runner_stop(TargetsOwnStop()) and not is_runner_stop(SystemExit(0))
     assert not is_runner_stop(GeneratorExit()) and not is_runner_stop(RuntimeError("c128a"))
+
+
+# ---------------------------------------------------------------- what a build returns
+
+
+@pytest.mark.parametrize("returned, words", [
+    pytest.param(lambda views: None, "returned NoneType None, not the three views", id="none"),
+    pytest.param(lambda views: [v.tolist() for v in views],
+                 "returned global_decode as a list ([", id="lists"),
+    pytest.param(lambda views: (None, None, None), "returned global_decode as a NoneType",
+                 id="nones"),
+    pytest.param(lambda views: tuple(v.long() for v in views),
+                 "returned global_decode with dtype torch.int64, expected int32", id="int64"),
+])
+def test_every_check_meets_what_a_build_returns_as_the_views_violation(
+    c128a_device, returned, words
+):
+    # Before: checks read a list or None as tensors (AttributeError inside the
+    # suite's own code: its fault, not the target's).
+    from c128a.checks import PROPERTIES
+    from c128a.contract import oracle
+    from c128a.failures import ContractViolation, InvariantViolation
+    from c128a.strategies import HISTORICAL_BATCHES
+
+    target = load_target_from({})
+    target = types.SimpleNamespace(
+        spec="returns-no-views", active_topk_width=target.active_topk_width,
+        capacity_width=target.capacity_width,
+        build_c128a_topk_metadata=lambda *args: returned(oracle.build_c128a_topk_metadata(*args)))
+    batch = HISTORICAL_BATCHES["upstream_two_decode_two_prefill"]
+    met = {}
+    for name, prop in PROPERTIES.items():
+        # The policy alone; bad input alone; no keyed launcher, so the oracle builds.
+        if name in ("width_policy", "rejects_bad_input", "compile_keys"):
+            continue
+        with pytest.raises(ContractViolation) as raised:
+            prop.replay(target, batch, c128a_device)
+        met[name] = raised.value
+    assert all(isinstance(exc, InvariantViolation) and exc.invariant == "views"
+               and words in str(exc) for exc in met.values()), met
