@@ -158,7 +158,7 @@ WRONG_DECLARATIONS = [
     ("launchers", (object(),), "launchers[0] = <object object", "object", "a keyed launcher"),
     ("validates_input", "no", "validates_input = 'no'", "str", "True or False"),
     ("full_width_decode_views", 1, "full_width_decode_views = 1", "int", "True or False"),
-    ("padding_rows", 7, "padding_rows = 7", "int", "the string 'slots' or 'inert'"),
+    ("padding_rows", 7, "padding_rows=7", "int", "the string 'slots' or 'inert'"),
     ("active_topk_width", 128, "active_topk_width is not callable (128", "int", "a function"),
     ("capacity_width", "640", "capacity_width is not callable ('640'", "str", "a function"),
     ("build_c128a_topk_metadata", 42, "build_c128a_topk_metadata is not callable (42", "int",

@@ -173,8 +173,9 @@ def _declared(padding_rows):
 
 def _padding_rows(obj, spec: str) -> str:
     value = _declared(_attribute(obj, "padding_rows", spec))
-    if not isinstance(value, str):
-        raise _wrong_type(spec, "padding_rows", value, "the string 'slots' or 'inert'")
+    if not isinstance(value, str):  # worded as check_padding_rows words a string it refuses
+        raise TargetSpecError(f"target {spec!r}: padding_rows={value!r} (type "
+                              f"{type(value).__name__}) must be the string 'slots' or 'inert'")
     return value
 
 
