@@ -38,7 +38,7 @@ from ..checks import check_step
 from ..checks.prior_shape import describe
 from ..checks.compile_keys import check_compile_keys
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
-from ..contract import policy
+from ..contract import target_reachable_widths
 from ..strategies.reach import BY_NAME, SHAPE_HISTORY, WIDTH_HISTORY
 from ..strategies.shape_history import OTHER_BLOCK_SIZES, OTHER_RATIOS, ROW_BLOCK
 from ..failures import ContractViolation, HarnessError
@@ -322,7 +322,7 @@ def build_machine(
             offset = min(offset, buffer_rows - max(decode, prefill))
             prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
                               row_offset=offset)
-            widths = policy.reachable_widths(self.harness.capacity)
+            widths = target_reachable_widths(self.harness.target, self.harness.capacity)
             self._step(f"after another layer: {describe(prior)}", prior=prior,
                        prior_width=widths[width % len(widths)])
 

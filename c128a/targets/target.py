@@ -10,6 +10,7 @@ from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, check_padding_rows,
 from ..failures import TargetSpecError, one_line
 
 OPTIONAL_POLICY = ("active_topk_width", "capacity_width")
+DECLARED_FIXED_WIDTH = "declared by the target"
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,11 @@ class Target:
     on its views, :class:`~c128a.step.consumers.Consumer`; none: the
     oracle's, :data:`~c128a.step.consumers.ORACLE_CONSUMERS`),
     ``consumer_gaps`` ((consumer, why it is unavailable) for each one of
-    the target's source lacks) and ``launchers`` (its builder's keyed
-    launchers, :mod:`c128a.kernels.launch_keys`, for the compile-key check)."""
+    the target's source lacks), ``launchers`` (its builder's keyed
+    launchers, :mod:`c128a.kernels.launch_keys`, for the compile-key check)
+    and ``fixed_width`` (its engine calls it at W = C only, on buffers of C
+    columns: its policy is :func:`~c128a.contract.policy.capacity_only`,
+    and every check draws W = C; ``fixed_width_origin`` says who said so)."""
 
     spec: str
     build_c128a_topk_metadata: Callable
@@ -39,6 +43,8 @@ class Target:
     consumers: tuple = ()
     consumer_gaps: tuple = ()
     launchers: tuple = ()
+    fixed_width: bool = False
+    fixed_width_origin: str = ""
 
     def __post_init__(self) -> None:
         # Every way to a Target (from_object, its overrides, dataclasses.replace) passes here.
@@ -65,6 +71,14 @@ class Target:
                 raise TargetSpecError(f"target {spec!r}: {name} is not callable ({value!r})")
             if value is not None:
                 own_policy[name] = value
+        fixed_width = overrides.get("fixed_width", _attribute(obj, "fixed_width", spec, False))
+        if fixed_width:
+            if "active_topk_width" in own_policy:
+                raise TargetSpecError(
+                    f"target {spec!r} declares fixed_width=True and its own active_topk_width: "
+                    "declare one (a fixed-width builder's policy is W = C)"
+                )
+            own_policy["active_topk_width"] = policy.capacity_only
         values = dict(
             spec=spec,
             build_c128a_topk_metadata=build,
@@ -76,10 +90,22 @@ class Target:
             consumer_gaps=tuple(dict(_attribute(obj, "consumer_gaps", spec) or {}).items()),
             launchers=tuple(_attribute(obj, "launchers", spec) or ()),
             uses_project_policy=not own_policy,
+            fixed_width=bool(fixed_width),
+            fixed_width_origin=DECLARED_FIXED_WIDTH if fixed_width else "",
             **own_policy,
         )
         values.update(overrides)
         return cls(**values)
+
+
+def widths_of(target) -> str:
+    """The widths every check draws W from for ``target``, and why."""
+    if getattr(target, "fixed_width", False):
+        origin = getattr(target, "fixed_width_origin", "") or DECLARED_FIXED_WIDTH
+        return f"W = C only, a fixed-width builder ({origin})"
+    if not getattr(target, "uses_project_policy", True):
+        return "those the target's own width policy returns"
+    return "the project's policy, and any width the contract allows"
 
 
 def _attribute(obj, name: str, spec: str, default=None):
