@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
-from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, check_padding_rows, policy
+from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, BuildArgs, check_padding_rows, policy
 from ..failures import TargetSpecError, one_line
 
 OPTIONAL_POLICY = ("active_topk_width", "capacity_width")
@@ -64,6 +65,9 @@ class Target:
             raise TargetSpecError(f"target {spec!r} ({obj!r}) has no attribute {BUILD_FUNCTION!r}")
         if not callable(build):
             raise TargetSpecError(f"target {spec!r}: {BUILD_FUNCTION} is not callable ({build!r})")
+        mismatch = signature_mismatch(build)
+        if mismatch is not None:
+            raise TargetSpecError(f"target {spec!r}: {mismatch}")
         own_policy = {}
         for name in OPTIONAL_POLICY:
             value = _attribute(obj, name, spec)
@@ -106,6 +110,40 @@ def widths_of(target) -> str:
     if not getattr(target, "uses_project_policy", True):
         return "those the target's own width policy returns"
     return "the project's policy, and any width the contract allows"
+
+
+def signature_mismatch(build) -> str | None:
+    """Why ``build`` cannot be called with vLLM's eleven arguments by name
+    (what vLLM's engine passes; the suite passes them in vLLM's order),
+    naming the parameters that differ; None when it can, when its signature
+    cannot be read, or when it takes ``*args`` (a wrapper passing them on)."""
+    try:
+        signature = inspect.signature(build)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        return None
+    try:
+        signature.bind(**{name: None for name in BuildArgs._fields})
+        return None
+    except TypeError:
+        pass
+    parameters = signature.parameters.values()
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {p.name for p in parameters if p.kind in by_name}
+    any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    lacks = [name for name in BuildArgs._fields if name not in named and not any_keyword]
+    requires = [
+        p.name for p in parameters
+        if p.name not in BuildArgs._fields and p.default is p.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    parts = ([f"no parameter for {', '.join(lacks)}"] if lacks else []) + (
+        [f"requires {', '.join(requires)}, which vLLM does not pass"] if requires else [])
+    return (
+        f"{BUILD_FUNCTION}{signature} does not take vLLM's eleven arguments by name: {'; '.join(parts) or 'they do not bind'}; vLLM calls "
+        f"{BUILD_FUNCTION}({', '.join(BuildArgs._fields)}=8192)"
+    )
 
 
 def _attribute(obj, name: str, spec: str, default=None):
