@@ -190,6 +190,21 @@ def test_the_engine_call_declares_a_fixed_width_builder(checkout):
     assert not adaptive.fixed_width and adaptive.uses_project_policy
 
 
+def test_a_source_file_or_wheel_declares_its_engines_widths_too(tmp_path, monkeypatch):
+    """``vllm-release:PATH`` reads the same call: a fixed-width file given
+    alone is held to W = C, an adaptive one to every width."""
+    from vllm_checkout import FIXED, REFERENCE
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    for name, text, fixed in (("fixed.py", FIXED, True), ("adaptive.py", REFERENCE, False)):
+        (tmp_path / name).write_text(text)
+        target = load_target(f"vllm-release:{tmp_path / name}")
+        assert target.fixed_width is fixed, name
+    assert "passes max_compressed_tokens=width, a width chosen per step" in (
+        Path(target.build_c128a_topk_metadata.__code__.co_filename).read_text())
+
+
 WIDTH_CHECKS = ("views", "matches_oracle", "width_policy", "history_independent")
 """The checks that draw W (history_independent: the earlier step's W too)."""
 
