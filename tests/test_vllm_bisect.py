@@ -209,3 +209,20 @@ def test_a_signal_stops_the_command_and_its_step(checkout, cli_process, signum):
     assert err == [f"c128a history: interrupted by {signal.Signals(signum).name}; the revision "
                    "being checked was stopped, nothing more runs"], err
     assert_all_ended(started, what="the step's processes after the command ended")
+
+
+def test_a_check_that_cannot_judge_a_revision_skips_it():
+    """The suite's own error, or a check that does not apply to a
+    revision's target, says nothing of the revision: skipped, not good."""
+    from c128a.runners.bisect import judged
+
+    def result(*outcomes, status=revisions.CHECKED):
+        return revisions.RevisionResult("c0", status, "why", outcomes=tuple(
+            revisions.CheckOutcome(name, verdict, "said") for name, verdict in outcomes))
+
+    assert judged(result(("views", revisions.PASSED)), ("views",))[0] == GOOD
+    assert judged(result(("views", revisions.FAILED), ("keys", revisions.ERROR)), ())[0] == BAD
+    for verdict in (revisions.ERROR, revisions.NOT_APPLICABLE):
+        kind, words = judged(result(("views", revisions.PASSED), ("keys", verdict)), ())
+        assert kind == SKIP and f"keys ({verdict}: said)" in words
+    assert judged(result(status=revisions.HUNG), ()) == (SKIP, "skipped: hung: why")

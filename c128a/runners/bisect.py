@@ -197,7 +197,7 @@ def bisect(checkout, good: list[str], bad: str, checks: tuple[str, ...], *, devi
     for sha in good:
         known = Commit(sha, _subject(checkout, sha), ())
         at_good = revisions.check_revision(request(sha, failing), time_limit)
-        _must_judge(at_good, f"--good {known}")
+        _must_judge(at_good, f"--good {known}", failing)
         if at_good.failed:
             raise UsageError(f"--good {known} fails {', '.join(at_good.failed)} too: not a "
                              "good revision for these checks; name an older one, or select "
@@ -211,12 +211,7 @@ def bisect(checkout, good: list[str], bad: str, checks: tuple[str, ...], *, devi
         steps += 1
         commit = search.commits[sha]
         result = revisions.check_revision(request(sha, failing), time_limit)
-        if result.status != revisions.CHECKED:
-            verdict, detail = SKIP, f"skipped: {result.status}: {result.reason}"
-        elif result.failed:
-            verdict, detail = BAD, f"bad: fails {', '.join(result.failed)}"
-        else:
-            verdict, detail = GOOD, f"good: passes {', '.join(failing)}"
+        verdict, detail = judged(result, failing)
         search.mark(sha, verdict)
         say(f"step {steps}: {commit}: {detail} [{result.seconds:.1f} s]; {search.left()} "
             f"revision(s) left to test, about {search.steps_left()} step(s)")
@@ -235,9 +230,29 @@ def bisect(checkout, good: list[str], bad: str, checks: tuple[str, ...], *, devi
     return Outcome(first, (), failing, failure or shrunk, tuple(replays), steps)
 
 
-def _must_judge(result, what: str) -> None:
+def judged(result, checks) -> tuple[str, str]:
+    """(good, bad or skip, the step's words) of a revision's result: bad
+    where a check failed; skipped where it did not load, crashed or hung,
+    or where a check could not judge it (the suite's own error, or a check
+    that does not apply to this revision's target); else good."""
     if result.status != revisions.CHECKED:
-        raise UsageError(f"{what} cannot be judged: {result.status}: {result.reason}")
+        return SKIP, f"skipped: {result.status}: {result.reason}"
+    if result.failed:
+        return BAD, f"bad: fails {', '.join(result.failed)}"
+    unjudged = [f"{o.name} ({o.verdict}: {o.message.splitlines()[0] if o.message else ''})"
+                for o in result.outcomes if o.verdict in (revisions.ERROR,
+                                                          revisions.NOT_APPLICABLE)]
+    if unjudged:
+        return SKIP, f"skipped: cannot be judged by {'; '.join(unjudged)}"
+    return GOOD, f"good: passes {', '.join(checks)}"
+
+
+def _must_judge(result, what: str, checks=()) -> None:
+    """A usage error unless ``result`` judges the revision on ``checks``
+    (the bad revision: only that it loaded and ran)."""
+    verdict, detail = judged(result, checks)
+    if verdict == SKIP and (checks or result.status != revisions.CHECKED):
+        raise UsageError(f"{what} cannot be judged: {detail.removeprefix('skipped: ')}")
 
 
 def _subject(checkout, sha: str) -> str:
