@@ -93,6 +93,13 @@ def test_bisect_refuses_revisions_that_cannot_bound_the_search(checkout, tmp_pat
         assert status == EXIT_USAGE, (good, bad, lines, err)
         assert said in err and len(err.strip().splitlines()) == 1, (good, bad, err)
     assert not list((tmp_path / "cases").glob("*.json"))
+    for arguments, said in (
+        (["bisect", "--checkout", tmp_path, "--good", "a", "--bad", "b"], "is not a git checkout"),
+        (["history", "--checkout", path, commits["reference"], "nosuch"],
+         "revision 'nosuch': "),
+    ):
+        status, lines, err = c128a(capsys, *arguments, "--device", c128a_device.type)
+        assert status == EXIT_USAGE and said in err and not lines, (lines, err)
 
 
 def test_a_hanging_step_is_killed_at_its_limit(checkout, c128a_device):

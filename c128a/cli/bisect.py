@@ -40,7 +40,7 @@ from ..runners.revisions import (
     PASSED,
     select_checks,
 )
-from ..targets.vllm_source import source_spec
+from ..targets.vllm_source import git, source_spec
 from .common import add_device_argument, choose_device
 
 
@@ -79,6 +79,11 @@ def checked_options(args: argparse.Namespace) -> Path:
     checkout = args.checkout.expanduser().resolve()
     if not checkout.is_dir():
         raise UsageError(f"--checkout {args.checkout}: no such folder")
+    inside = git(checkout, "rev-parse", "--git-dir", spec="--checkout", check=False)
+    if inside.returncode != 0:
+        said = " ".join(inside.stderr.decode("utf-8", "replace").split())
+        raise UsageError(f"--checkout {args.checkout} is not a git checkout ({said}); point it "
+                         "at a clone of vLLM")
     return checkout
 
 

@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
-from ..runners.history import HEADER, RULE, history, markdown_table
+from ..runners.history import HEADER, RULE, history, markdown_table, resolved
 from ..runners.revisions import select_checks
 from .bisect import add_revision_arguments, checked_options, interruptible, say
 from .common import choose_device
@@ -43,10 +43,11 @@ def history_command(args: argparse.Namespace) -> int:
     checks = select_checks(args.keyword)
     if args.output is not None and args.output.is_dir():
         raise UsageError(f"--output {args.output} is a folder; name a file")
+    known = resolved(checkout, args.revisions)
     say(HEADER)
     say(RULE)
-    rows = history(checkout, args.revisions, checks, device=device,
-                   max_examples=args.max_examples, time_limit=args.step_timeout, say=say)
+    rows = history(checkout, known, checks, device=device, max_examples=args.max_examples,
+                   time_limit=args.step_timeout, say=say)
     if args.output is not None:
         try:
             args.output.write_text(markdown_table(rows) + "\n", encoding="utf-8")

@@ -34,13 +34,18 @@ HEADER = ("| revision | commit | subject | loads | widths | passed | failed | no
 RULE = "|---|---|---|---|---|---|---|---|---|"
 
 
-def history(checkout, refs: list[str], checks: tuple[str, ...], *, device: str,
-            max_examples: int, time_limit: float, say) -> list[Row]:
-    """A row for each of ``refs``, each checked in its own child; ``say``
-    gets each row's line as it is made."""
+def resolved(checkout, refs: list[str]) -> list[tuple[str, str]]:
+    """(revision, its full hash) of each of ``refs``: a usage error naming
+    the first the checkout lacks, before anything runs."""
+    return [(ref, commit_of(checkout, ref, "revision")) for ref in refs]
+
+
+def history(checkout, revisions_: list[tuple[str, str]], checks: tuple[str, ...], *,
+            device: str, max_examples: int, time_limit: float, say) -> list[Row]:
+    """A row for each (revision, commit) of ``revisions_`` (:func:`resolved`),
+    each checked in its own child; ``say`` gets each row's line as it is made."""
     rows = []
-    for ref in refs:
-        commit = commit_of(checkout, ref, "revision")
+    for ref, commit in revisions_:
         subject = git(checkout, "log", "-1", "--format=%s", commit,
                       spec="log").stdout.decode("utf-8", "replace").strip()
         result = revisions.check_revision(
