@@ -81,7 +81,7 @@ TARGET_OPTION = Option(
     env=TARGET_ENV,
     metavar="SPEC",
     help="implementation under test: triton, triton-inert, reference, reference-inert, vllm, "
-    "vllm-release:VERSION|PATH, MODULE or MODULE:ATTR",
+    "vllm-release:VERSION|PATH, vllm-source:CHECKOUT[@REF], MODULE or MODULE:ATTR",
     when_unset=DEFAULT_TARGET,
 )
 PADDING_ROWS_OPTION = Option(

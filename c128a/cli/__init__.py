@@ -31,6 +31,8 @@ SUBCOMMANDS = {
     "reach": "draw each property's steps; list the input-space buckets none reached",
     "bench": "benchmark the kernel against the baseline (GPU), or a property's throughput",
     "sanitize": "build steps under compute-sanitizer memcheck and initcheck (GPU)",
+    "bisect": "find the first commit of a vLLM checkout at which a check fails",
+    "history": "check a vLLM checkout's revisions; one table row per revision",
 }
 
 

@@ -382,12 +382,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["interpreter"],
         state["profile"],
     )
-    # The padding-row variant right under the target it applies to.
-    return [target_line, state["padding_rows_line"], *others] + [
+    # The padding-row variant and the widths right under the target they apply to.
+    return [target_line, state["padding_rows_line"], widths_line(state["target"]), *others] + [
         strict_sentinels_line(*state["strict_sentinels"])
     ] + ([state["xdist_line"]] if state["xdist_line"] else []) + scheduling_lines(config) + (
         batch_invariant_lines()
     )
+
+
+def widths_line(target) -> str:
+    """Header line: the widths the checks draw W from, and why."""
+    from c128a.targets.target import widths_of
+
+    return f"c128a widths: {widths_of(target)}"
 
 
 def scheduling_lines(config: pytest.Config) -> list[str]:

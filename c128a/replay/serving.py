@@ -43,9 +43,9 @@ from ..contract import (
     MAX_QUERY_TOKENS_PER_DECODE,
     PAGE_TOKENS,
     target_capacity,
+    target_reachable_widths,
     target_width,
 )
-from ..contract import policy
 from ..strategies.reach import BY_NAME, SHAPE_HISTORY, WIDTH_HISTORY
 from ..strategies.shape_history import OTHER_BLOCK_SIZES, OTHER_RATIOS, ROW_BLOCK
 from ..failures import ContractViolation, HarnessError
@@ -346,7 +346,7 @@ def build_machine(
             if placement == "row offset":
                 offset = 1 + pick % max(buffer_rows - max(decode, prefill), 1)
             offset = min(offset, buffer_rows - max(decode, prefill))
-            widths = policy.reachable_widths(self.harness.capacity)
+            widths = target_reachable_widths(self.harness.target, self.harness.capacity)
             columns = 0
             if pick >> 12 & 1 and self.harness.capacity >= 256:
                 # Another capacity's buffers at the same addresses: half the

@@ -11,6 +11,8 @@ Specs (the same for pytest's ``--c128a-target``, ``C128A_TARGET`` and the CLI's
 - ``vllm-release:VERSION`` or ``vllm-release:PATH``: the builder as a vLLM
   release's wheel ships it, read without installing vLLM
   (:mod:`c128a.targets.vllm_release`);
+- ``vllm-source:PATH[@REF]``: the builder and its consumers as a vLLM
+  checkout holds them at any git revision (:mod:`c128a.targets.vllm_source`);
 - ``MODULE:ATTR`` or ``MODULE``: any importable object with a
   ``build_c128a_topk_metadata`` callable (vLLM's signature) and the optional
   attributes :class:`~c128a.targets.target.Target` reads.
@@ -34,6 +36,7 @@ from ..failures import TargetSpecError, TargetUnavailable, UsageError, is_runner
 from ..options import DEFAULT_TARGET, PADDING_ROWS_ENV, TARGET_ENV
 from .target import Target, held_to
 from .vllm_release import is_vllm_release_spec, load_vllm_release
+from .vllm_source import is_vllm_source_spec, load_vllm_source
 
 VLLM_MODULE = "vllm.models.deepseek_v4.sparse_mla"
 BUILTIN_TARGETS = {
@@ -151,6 +154,8 @@ def load_target(spec: str, padding_rows: str | None = None) -> Target:
 def _load(spec: str) -> Target:
     if is_vllm_release_spec(spec):
         return load_vllm_release(spec)
+    if is_vllm_source_spec(spec):
+        return load_vllm_source(spec)
     if spec == "vllm":
         try:
             module = importlib.import_module(VLLM_MODULE)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import dataclasses
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
-from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, check_padding_rows, policy
+from ..contract import BUILD_FUNCTION, DEFAULT_PADDING_ROWS, BuildArgs, check_padding_rows, policy
 from ..failures import TargetSpecError, is_runner_stop, one_line
 
 OPTIONAL_POLICY = ("active_topk_width", "capacity_width")
+DECLARED_FIXED_WIDTH = "declared by the target"
 
 
 @dataclass(frozen=True)
@@ -25,8 +28,11 @@ class Target:
     on its views, :class:`~c128a.step.consumers.Consumer`; none: the
     oracle's, :data:`~c128a.step.consumers.ORACLE_CONSUMERS`),
     ``consumer_gaps`` ((consumer, why it is unavailable) for each one of
-    the target's source lacks) and ``launchers`` (its builder's keyed
-    launchers, :mod:`c128a.kernels.launch_keys`, for the compile-key check)."""
+    the target's source lacks), ``launchers`` (its builder's keyed
+    launchers, :mod:`c128a.kernels.launch_keys`, for the compile-key check)
+    and ``fixed_width`` (its engine calls it at W = C only, on buffers of C
+    columns: its policy is :func:`~c128a.contract.policy.capacity_only`,
+    and every check draws W = C; ``fixed_width_origin`` says who said so)."""
 
     spec: str
     build_c128a_topk_metadata: Callable
@@ -40,6 +46,8 @@ class Target:
     consumers: tuple = ()
     consumer_gaps: tuple = ()
     launchers: tuple = ()
+    fixed_width: bool = False
+    fixed_width_origin: str = ""
 
     def __post_init__(self) -> None:
         # Every way to a Target (from_object, its overrides, dataclasses.replace) passes here.
@@ -61,6 +69,9 @@ class Target:
             raise TargetSpecError(
                 f"target {spec!r}: {BUILD_FUNCTION} is not callable ({build!r}, type "
                 f"{type(build).__name__}); it must be the builder, in vLLM's signature")
+        mismatch = signature_mismatch(build)
+        if mismatch is not None:
+            raise TargetSpecError(f"target {spec!r}: {mismatch}")
         own_policy = {}
         for name in OPTIONAL_POLICY:
             value = _attribute(obj, name, spec)
@@ -71,6 +82,14 @@ class Target:
                     f"c128a.contract.policy.{name} is")
             if value is not None:
                 own_policy[name] = value
+        fixed_width = overrides.get("fixed_width", _attribute(obj, "fixed_width", spec, False))
+        if fixed_width:
+            if "active_topk_width" in own_policy:
+                raise TargetSpecError(
+                    f"target {spec!r} declares fixed_width=True and its own active_topk_width: "
+                    "declare one (a fixed-width builder's policy is W = C)"
+                )
+            own_policy["active_topk_width"] = policy.capacity_only
         values = dict(
             spec=spec,
             build_c128a_topk_metadata=build,
@@ -86,10 +105,56 @@ class Target:
                                 "a keyed launcher (an object with get_warmup_keys or "
                                 "warmed_launch_keys)"),
             uses_project_policy=not own_policy,
+            fixed_width=bool(fixed_width),
+            fixed_width_origin=DECLARED_FIXED_WIDTH if fixed_width else "",
             **own_policy,
         )
         values.update(overrides)
         return cls(**values)
+
+
+def widths_of(target) -> str:
+    """The widths every check draws W from for ``target``, and why."""
+    if getattr(target, "fixed_width", False):
+        origin = getattr(target, "fixed_width_origin", "") or DECLARED_FIXED_WIDTH
+        return f"W = C only, a fixed-width builder ({origin})"
+    if not getattr(target, "uses_project_policy", True):
+        return "those the target's own width policy returns"
+    return "the project's policy, and any width the contract allows"
+
+
+def signature_mismatch(build) -> str | None:
+    """Why ``build`` cannot be called with vLLM's eleven arguments by name
+    (what vLLM's engine passes; the suite passes them in vLLM's order),
+    naming the parameters that differ; None when it can, when its signature
+    cannot be read, or when it takes ``*args`` (a wrapper passing them on)."""
+    try:
+        signature = inspect.signature(build)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        return None
+    try:
+        signature.bind(**{name: None for name in BuildArgs._fields})
+        return None
+    except TypeError:
+        pass
+    parameters = signature.parameters.values()
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {p.name for p in parameters if p.kind in by_name}
+    any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    lacks = [name for name in BuildArgs._fields if name not in named and not any_keyword]
+    requires = [
+        p.name for p in parameters
+        if p.name not in BuildArgs._fields and p.default is p.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    parts = ([f"no parameter for {', '.join(lacks)}"] if lacks else []) + (
+        [f"requires {', '.join(requires)}, which vLLM does not pass"] if requires else [])
+    return (
+        f"{BUILD_FUNCTION}{signature} does not take vLLM's eleven arguments by name: {'; '.join(parts) or 'they do not bind'}; vLLM calls "
+        f"{BUILD_FUNCTION}({', '.join(BuildArgs._fields)}=8192)"
+    )
 
 
 def _attribute(obj, name: str, spec: str, default=None):
