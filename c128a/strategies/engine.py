@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import zlib
 from dataclasses import dataclass
 
 import numpy as np

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import dataclasses
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
