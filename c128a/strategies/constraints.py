@@ -959,6 +959,33 @@ def _far_first_ratio(budget, first, ratio):
     return None
 
 
+@budget_rule("capacity past 8,192", "longest list n(t)")
+def _past_the_caps_list(budget, past, longest):
+    if past == PAST_THE_CAPS[1] and span("longest list n(t)", longest)[1] < WIDTH_ALIGNMENT:
+        return ("a step past the caps has its first request reach the model length, past "
+                "8,192 x R positions: n(t) = min(L / R, W) >= 128")
+    return None
+
+
+@budget_rule("capacity past 8,192", "first scheduled position", "longest decode list against B")
+def _past_the_caps_decode_list(budget, past, first, against):
+    if (past == PAST_THE_CAPS[1] or first == FAR_FIRST[1]) and against == "0 entries":
+        return ("a step past the caps has its first request (a decode request where it has "
+                "one) reach the model length: a list past 8,192 entries, or past 2^20 / R "
+                "at R <= 65,536")
+    return None
+
+
+@budget_rule("capacity past 8,192", "first scheduled position", "block-table width M",
+             "block size B")
+def _past_the_caps_table(budget, past, first, table, block):
+    if (past == PAST_THE_CAPS[1] or first == FAR_FIRST[1]) and table == "1-16" and (
+            block != "above 128"):
+        return ("a decode request past the caps reads more than 8,192 entries: 16 columns "
+                "hold them only in blocks of more than 512")
+    return None
+
+
 def _past_the_caps_rule(dimension: str, fits: Callable[[str], bool], what: str):
     """A budget rule: a step past the engine's caps (capacity above 8,192,
     or a request scheduled from 2^20 on) has at most 4 real tokens, so

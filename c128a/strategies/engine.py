@@ -697,6 +697,16 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
         group = decode or prefill
         if group:
             group[0] = _Request(model_len, group[0].query_len)
+    first = steer.get("first scheduled position")
+    if first == "0 (every request from its start)":
+        # New prompts: every request scheduled from position 0.
+        decode = [_Request(r.query_len, r.query_len) for r in decode]
+        prefill = [_Request(r.query_len, r.query_len) for r in prefill]
+    elif first is not None and not plan.beyond:
+        group = decode or prefill
+        if group and all(r.seq_len == r.query_len for r in decode + prefill):
+            if group[0].seq_len < model_len:
+                group[0] = _Request(group[0].seq_len + 1, group[0].query_len)
     real_positions = [p for r in decode + prefill for p in r.step().positions]
     real_requests = [i for i, r in enumerate(decode + prefill) for _ in range(r.query_len)]
     real_tokens = len(real_positions)
@@ -828,6 +838,8 @@ def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_
             least = max(least, MAX_CAPACITY * ratio + 1)
         least = min(least, most)
         model_len = least + (most - least) * beyond // 0xFFFF
+        if steer:
+            model_len = steering.model_length(model_len, ratio, beyond, least, most, steer)
     model_len = max_model_len or model_len
     capacity = target_capacity(target, model_len, ratio)
     block_size = _block_size(block_pick[1], block_pick[2], capacity) if block_pick else BLOCK_SIZE

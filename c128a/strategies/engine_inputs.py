@@ -139,9 +139,11 @@ def decode_inputs(data: bytes, *, beyond_allowed: bool, steer=None) -> EngineInp
                                 lambda k: k)
     beyond_kind, beyond_value = fields.uint(1), fields.uint(2)
     beyond = beyond_kind % BEYOND_CAPS_ONE_IN == BEYOND_CAPS_ONE_IN - 1
-    if steer:
-        beyond = (steer.get("capacity past 8,192") == "above 8,192"
-                  or steer.get("first scheduled position") == "1,048,576 and more")
+    past, first = steer.get("capacity past 8,192"), steer.get("first scheduled position")
+    if past == "above 8,192" or first == "1,048,576 and more":
+        beyond = True
+    elif past is not None and first is not None:
+        beyond = False  # the row asks for a step within the caps
     widths_kind, fewer = fields.uint(1), fields.uint(1)
     narrower = 1 + fewer % 4 if widths_kind % 4 == 3 else 0
     wanted_widths = steer.get("buffer widths")
