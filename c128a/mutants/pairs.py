@@ -180,3 +180,28 @@ def _build_pads_whole_chunks_of_an_uneven_capacity(args: BuildArgs) -> Views:
             tail, kept = rows[:, padded_to:], buffer[: rows.shape[0], padded_to:width]
             rows[:, padded_to:] = torch.where(tail < 0, kept, tail)
     return write_and_return(args, (decode, lens, prefill))
+
+
+ENGINE_RATIO = 128
+
+
+@builder_mutant(
+    "stores a lone token's row at the engine's R = 128 through a one-token path that "
+    "writes its n(t) entries only (right at any other R, and for more tokens at R = 128): "
+    "columns n(t) to W keep what the buffer held",
+    "tokens x compress ratio (a pair none of the first eight declared)",
+    ("matches_oracle",),
+    examples=PAIR_EXAMPLES,
+)
+def _build_lone_token_at_the_engine_ratio_skips_the_tail(args: BuildArgs) -> Views:
+    validated(args)
+    decode, lens, prefill = rows_of(args)
+    if args.num_tokens != 1 or args.compress_ratio != ENGINE_RATIO:
+        return write_and_return(args, (decode, lens, prefill))
+    buffer = args.global_decode_buffer if args.num_decode_tokens else args.prefill_buffer
+    width = args.max_compressed_tokens
+    entries = int(attended_lengths(args.positions, args.compress_ratio, width)[0])
+    kept = buffer[0, entries:width].clone()
+    write(args, decode, lens, prefill)
+    buffer[0, entries:width] = kept
+    return returned_views(args)
