@@ -160,6 +160,15 @@ def as_called(target, batch: Batch) -> Batch:
                                         batch.capacity)
     if batch.prior_width and batch.prior_width not in reachable:
         changes["prior_width"] = 0  # the widest the buffers allow
+        columns = batch.prior.columns if batch.prior is not None else 0
+        if columns:
+            # The earlier step's buffers at a reused address hold ``columns``:
+            # the widest the policy returns within them, else no reuse.
+            fitting = [w for w in reachable if w <= columns]
+            if fitting:
+                changes["prior_width"] = max(fitting)
+            else:
+                changes["prior"] = dataclasses.replace(batch.prior, columns=0)
     if getattr(target, "fixed_width", False) and batch.prefill_extra_columns:
         changes["prefill_extra_columns"] = 0
     return dataclasses.replace(batch, **changes) if changes else batch

@@ -173,6 +173,12 @@ def _from_path(spec: str, path: Path) -> Target:
                 f"exactly one vllm-*.whl (found: {found})"
             )
         path = wheels[0]
+    if not path.is_file():
+        # A FIFO or a device (/dev/zero) would be read for ever.
+        raise TargetSpecError(
+            f"target spec {spec!r}: {path} is not a regular file or a folder (a FIFO, a "
+            "device or a socket cannot hold a wheel, a source file or an extract)"
+        )
     if path.suffix == ".whl":
         version = _wheel_version(spec, path)
         folder = cache_folder(version)
