@@ -120,8 +120,9 @@ def decode_inputs(data: bytes, *, beyond_allowed: bool, steer=None) -> EngineInp
     give the engine's usual step (every default). A row of the covering
     array (``steer``, :class:`~.schedule.Steer`) takes each input's
     placement, the slot ids, the shared pages and a narrower prefill buffer
-    where it names them, and places the step past the caps exactly where
-    it asks for a capacity above 8,192 or a first position from 2^20 on."""
+    where it names them, and places the step past the caps where the
+    bytes say so or it asks for a capacity above 8,192 or a first position
+    from 2^20 on."""
     fields = Fields(data)
     steer = steer or {}
     offsets = {}
@@ -139,11 +140,9 @@ def decode_inputs(data: bytes, *, beyond_allowed: bool, steer=None) -> EngineInp
                                 lambda k: k)
     beyond_kind, beyond_value = fields.uint(1), fields.uint(2)
     beyond = beyond_kind % BEYOND_CAPS_ONE_IN == BEYOND_CAPS_ONE_IN - 1
-    past, first = steer.get("capacity past 8,192"), steer.get("first scheduled position")
-    if past == "above 8,192" or first == "1,048,576 and more":
-        beyond = True
-    elif past is not None and first is not None:
-        beyond = False  # the row asks for a step within the caps
+    # Past the caps where the bytes say so (as unsteered), or the row asks.
+    beyond = beyond or steer.get("capacity past 8,192") == "above 8,192" or steer.get(
+        "first scheduled position") == "1,048,576 and more"
     widths_kind, fewer = fields.uint(1), fields.uint(1)
     narrower = 1 + fewer % 4 if widths_kind % 4 == 3 else 0
     wanted_widths = steer.get("buffer widths")
