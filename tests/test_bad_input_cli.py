@@ -220,7 +220,7 @@ def test_a_malformed_file_exits_2_and_the_next_file_still_runs(
 @pytest.mark.parametrize(
     "edit, field, maximum",
     [
-        pytest.param(lambda b: b.update(capacity=10**9), "batch.capacity", "8,192",
+        pytest.param(lambda b: b.update(capacity=10**9), "batch.capacity", "65,536",
                      id="capacity"),
         pytest.param(lambda b: b.update(buffer_rows=10**9), "batch.buffer_rows", "65,536",
                      id="buffer-rows"),
