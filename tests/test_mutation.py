@@ -11,6 +11,7 @@ here (README, "Mutation testing of the kernels").
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from pathlib import Path
@@ -182,6 +183,10 @@ def test_the_verdict_is_strict():
     assert "1 mutants did not run" in problems
     assert verdict.exit_status() == 1
     assert _verdict({**EXPECTED, UNREACHED: ERROR}, {ONE_MORE_SWEEP: "equivalent"}).exit_status() == 2
+    # Another subject's entry is not judged by a run of this one.
+    other = _verdict(EXPECTED, {ONE_MORE_SWEEP: "equivalent", UNREACHED: "survives",
+                                "adaptive-00000000": "equivalent"})
+    assert other.stale() and not dataclasses.replace(other, subjects={"tiny"}).stale()
 
 
 # ---------------------------------------------------------------- real runs

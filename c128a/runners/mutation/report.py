@@ -59,7 +59,7 @@ class Verdict:
     results: list[Result]
     known: dict[str, KnownMutant]
     generated: set[str]  # every id the subjects have (a sample or --mutant runs fewer)
-    total_generated: int = 0
+    subjects: set[str] | None = None  # the subjects run (None: every listed id's)
     interrupted: str = ""
 
     def listed(self, result: Result) -> KnownMutant | None:
@@ -92,8 +92,9 @@ class Verdict:
         return counts["detected"] / judged if judged else None
 
     def stale(self) -> list[KnownMutant]:
-        """Listed mutants the subjects no longer have."""
-        return [entry for entry in self.known.values() if entry.id not in self.generated]
+        """Listed mutants of the subjects run that the subjects no longer have."""
+        return [entry for entry in self.known.values() if entry.id not in self.generated
+                and (self.subjects is None or entry.id.rpartition("-")[0] in self.subjects)]
 
     def problems(self) -> list[str]:
         """Why the run fails: a survivor nobody listed, a listed mutant that

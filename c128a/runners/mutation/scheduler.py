@@ -126,7 +126,9 @@ class MutationRun:
         self.control: dict[str, dict[str, dict[str, float]]] = {}
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(list(CHILD_PRELOAD))
-        self.all_mutants = {subject.name: mutants_of(subject.path().read_text(), subject.name,
+        # Read once: the control and every mutant come from the same text.
+        self.sources = {subject.name: subject.path().read_text() for subject in self.subjects}
+        self.all_mutants = {subject.name: mutants_of(self.sources[subject.name], subject.name,
                                                      subject.decorators)
                             for subject in self.subjects}
         self.selected = self._select()
@@ -189,7 +191,7 @@ class MutationRun:
         verdict = Verdict(
             list(results.values()), self.known,
             {m.id for mutants in self.all_mutants.values() for m in mutants},
-            sum(len(m) for m in self.all_mutants.values()),
+            subjects=set(self.all_mutants),
             interrupted=f"interrupted by {self.stopping}" if self.stopping else "",
         )
         return verdict, self._header(time.monotonic() - started)
@@ -197,7 +199,7 @@ class MutationRun:
     def _job(self, workdir: Path, subject: Subject, mutant: Mutant | None) -> _Job:
         stem = f"{subject.name}-control" if mutant is None else mutant.id
         source = workdir / f"{stem}.py"
-        source.write_text(subject.path().read_text() if mutant is None else mutant.source)
+        source.write_text(self.sources[subject.name] if mutant is None else mutant.source)
         return _Job(subject, mutant, source, workdir / f"{stem}.log")
 
     def _header(self, wall_s: float) -> dict:

@@ -14,10 +14,10 @@ properties it does:
 
 - the primary target (``triton``, ``baseline``) runs every property that
   builds through the kernel, so that a survivor has met them all; the
-  cheap three that kill most mutants first (``matches_oracle``,
-  ``untouched_memory``, ``padding``), the others last, after the runs
-  below (a mutant only they reach would otherwise pay for all of them
-  first). Four are left out because no change inside a kernel can change
+  four that kill most mutants first (``matches_oracle``,
+  ``untouched_memory``, ``padding``, ``other_geometries``), the others
+  last, after the runs below (a mutant only those runs reach would
+  otherwise pay for all of them first). Four are left out because no change inside a kernel can change
   their verdict: ``views`` (the views are made on the host from the
   buffers), ``rejects_bad_input`` (bad arguments are refused before the
   launch), ``width_policy`` (never builds) and ``compile_keys`` (a launch's
@@ -60,9 +60,11 @@ PRIMARY_PROPERTIES = (
     "consumers",
 )
 """The properties a project kernel's mutant meets on its primary target."""
-FIRST_PROPERTIES = PRIMARY_PROPERTIES[:3]
-"""Those it meets before the other launch configurations and variants: each
-of these is cheap, and together they kill most mutants."""
+FIRST_PROPERTIES = PRIMARY_PROPERTIES[:4]
+"""Those it meets before the other launch configurations and variants:
+together they kill most mutants, ``other_geometries`` those of the paths
+only a block size or ratio other than the engine's takes (the division
+of a block size that is not a power of two)."""
 
 LEFT_OUT = {
     "views": "the views are made on the host from the buffers",
