@@ -183,6 +183,16 @@ def test_the_verdict_is_strict():
     assert "1 mutants did not run" in problems
     assert verdict.exit_status() == 1
     assert _verdict({**EXPECTED, UNREACHED: ERROR}, {ONE_MORE_SWEEP: "equivalent"}).exit_status() == 2
+    # A listed mutant that times out is what the list says (slow, not wrong);
+    # one that crashes contradicts it.
+    slow = _verdict(EXPECTED, {HANGS: "equivalent", ONE_MORE_SWEEP: "equivalent",
+                               UNREACHED: "survives"})
+    assert (slow.counts()["detected"], slow.counts()["equivalent"], slow.score()) == (6, 2, 6 / 7)
+    assert slow.problems() == []
+    crashed = _verdict(EXPECTED, {CRASHES: "survives", ONE_MORE_SWEEP: "equivalent",
+                                  UNREACHED: "survives"})
+    assert crashed.problems() == [f"{CRASHES} is listed as survives (line 1) but crashed "
+                                  f"({crashed.results[0].detail}): remove it from the list"]
     # Another subject's entry is not judged by a run of this one.
     other = _verdict(EXPECTED, {ONE_MORE_SWEEP: "equivalent", UNREACHED: "survives",
                                 "adaptive-00000000": "equivalent"})
@@ -192,6 +202,7 @@ def test_the_verdict_is_strict():
 # ---------------------------------------------------------------- real runs
 
 
+@pytest.mark.slow  # real children, one a mutant, and a hang that lasts its time limit
 def test_each_mutant_is_judged_in_a_child_of_its_own(tiny_subject, tmp_path):
     """Crashed, timed out, survived, equivalent and killed, each as it is."""
     known = known_file(tmp_path, f"{ONE_MORE_SWEEP} equivalent: one more sweep over no token\n"
@@ -239,6 +250,7 @@ def test_usage_errors_are_one_line(tiny_subject, tmp_path, capsys):
         assert says in error and error.count("\n") == 1, error
 
 
+@pytest.mark.slow  # a real c128a process, which imports torch
 @needs_proc
 def test_a_signal_stops_the_run_and_its_children(tiny_subject, cli_process, tmp_path):
     output = tmp_path / "report"

@@ -1,22 +1,30 @@
 """What a mutation run found: each mutant's outcome, the score, the verdict.
 
 A mutant is *detected* when a property's check failed on it (``killed``, a
-contract violation, as in the kill matrix), when it ran a property past its
-time limit (``timed out``) or when its process died (``crashed``). The last
-two count because the contract's function must return its views: a build
-that never returns, or takes the engine's process down, fails the engine as
-surely as a wrong value (the taxonomy counts a target that raises where a
-result is expected as a kill, :class:`~c128a.failures.TargetRaised`). The
-time limit is a multiple of the unmutated kernel's own time for the same
-property (the control), so a mutant is never counted for being somewhat
-slower; they are shown apart from the kills, with the property and limit,
-or the exit status and the log's last line.
+contract violation, as in the kill matrix), when its process died
+(``crashed``) or when it ran a property past its time limit (``timed
+out``). The last two count because the contract's function must return its
+views: a build that takes the engine's process down, or never returns,
+fails the engine as surely as a wrong value (the taxonomy counts a target
+that raises where a result is expected as a kill,
+:class:`~c128a.failures.TargetRaised`). They are shown apart from the
+kills, with the exit status and the log's last line, or the property and
+the limit.
+
+The contract says nothing of time, though, and a limit cannot tell a build
+that never returns from one that is merely slow. The limit is a multiple of
+the unmutated kernel's own time for the same property on the same draws
+(the control), so a mutant is never counted for being somewhat slower; one
+that is much slower but right (it redoes work) is listed in the known
+mutants, and a listed mutant that times out counts as what the list says
+(equivalent or a survivor), not as detected. A listed mutant killed by a
+check or crashed is a contradiction of the list (strict).
 
 ``error`` (a fault of the suite in some property, and no kill) is neither
 a kill nor a survival: it is named, and fails the run as the suite's own
 fault (exit status 2). ``not run``: the run was interrupted first.
 
-The score is detected / (mutants run - listed equivalents that survived).
+The score is detected / (mutants run - equivalents).
 """
 
 from __future__ import annotations
@@ -65,24 +73,35 @@ class Verdict:
     def listed(self, result: Result) -> KnownMutant | None:
         return self.known.get(result.mutant.id)
 
+    def category(self, result: Result) -> str:
+        """``detected``, ``equivalent``, ``survived``, ``error`` or ``not run``:
+        the outcome read with the list (a listed mutant that timed out is
+        what the list says it is)."""
+        entry = self.listed(result)
+        if result.status in (KILLED, CRASHED) or (result.status == TIMED_OUT and entry is None):
+            return "detected"
+        if result.status in (SURVIVED, TIMED_OUT):
+            return EQUIVALENT if entry is not None and entry.kind == EQUIVALENT else SURVIVED
+        return result.status
+
+    def in_category(self, category: str) -> list[Result]:
+        return [r for r in self.results if self.category(r) == category]
+
     def equivalents(self) -> list[Result]:
-        return [r for r in self.results if r.status == SURVIVED and self._kind(r) == EQUIVALENT]
+        return self.in_category(EQUIVALENT)
 
     def survivors(self) -> list[Result]:
-        return [r for r in self.results if r.status == SURVIVED and self._kind(r) != EQUIVALENT]
+        return self.in_category(SURVIVED)
 
     def with_status(self, *statuses: str) -> list[Result]:
         return [r for r in self.results if r.status in statuses]
 
-    def _kind(self, result: Result) -> str | None:
-        entry = self.listed(result)
-        return entry.kind if entry else None
-
     def counts(self) -> dict[str, int]:
+        """Each status, and each category (``detected``, ``equivalent``,
+        ``survived``: read with the list), and how many ran."""
         counts = {status: len(self.with_status(status)) for status in STATUSES}
-        counts["equivalent"] = len(self.equivalents())
-        counts["survived"] = len(self.survivors())
-        counts["detected"] = sum(counts[s] for s in DETECTED)
+        for category in ("detected", EQUIVALENT, SURVIVED):
+            counts[category] = len(self.in_category(category))
         counts["run"] = len(self.results) - counts[NOT_RUN]
         return counts
 
@@ -103,13 +122,14 @@ class Verdict:
         found = []
         for result in self.results:
             entry = self.listed(result)
-            if result.status == SURVIVED and entry is None:
+            if self.category(result) == SURVIVED and entry is None:
                 found.append(f"{result.mutant.id} survived, and is not listed as known: "
                              f"{result.mutant.describe()}")
-            elif result.status in DETECTED and entry is not None:
+            elif result.status in (KILLED, CRASHED) and entry is not None:
                 found.append(
-                    f"{result.mutant.id} is listed as {entry.kind} (line {entry.line}) but was "
-                    f"{result.status} ({where(result)}): remove it from the list"
+                    f"{result.mutant.id} is listed as {entry.kind} (line {entry.line}) but "
+                    f"{'was killed' if result.status == KILLED else result.status} "
+                    f"({where(result)}): remove it from the list"
                 )
             elif result.status == ERROR:
                 found.append(f"{result.mutant.id}: the suite itself failed: "
@@ -155,7 +175,8 @@ def text_report(verdict: Verdict, header: dict) -> str:
             f"{run['target']}: {', '.join(run['properties'])}" for run in runs)
           for name, runs in header["runs"].items()),
         f"mutation score {score_text(verdict.score())}: {counts['detected']} detected "
-        f"({counts[KILLED]} killed by a check, {counts[TIMED_OUT]} timed out, "
+        f"({counts[KILLED]} killed by a check, "
+        f"{counts['detected'] - counts[KILLED] - counts[CRASHED]} timed out, "
         f"{counts[CRASHED]} crashed) of {counts['run']} run - {counts['equivalent']} "
         f"equivalent; {counts['survived']} survived, {counts[ERROR]} errors, "
         f"{counts[NOT_RUN]} not run; wall time {header['wall_s']:.0f} s with "
@@ -178,7 +199,8 @@ def text_report(verdict: Verdict, header: dict) -> str:
 
     section("survived", verdict.survivors(), listed)
     section("equivalent (listed)", verdict.equivalents(), listed)
-    section("timed out", verdict.with_status(TIMED_OUT), lambda r: [where(r)])
+    section("timed out", verdict.with_status(TIMED_OUT), lambda r: [where(r), *(
+        [f"listed ({e.kind}): {e.reason}"] if (e := verdict.listed(r)) else [])])
     section("crashed", verdict.with_status(CRASHED), lambda r: [r.detail])
     section("errors (faults of the suite, not kills)", verdict.with_status(ERROR),
             lambda r: r.errors or [r.detail])
