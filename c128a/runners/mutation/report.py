@@ -48,7 +48,8 @@ class Result:
     """One mutant's outcome: ``status``, and for a detected one the run and
     property that detected it; ``seconds`` its process's wall time;
     ``detail`` the check's message, the time limit, or how the process
-    ended; ``errors`` the suite's own faults met on the way."""
+    ended; ``errors`` the suite's own faults met on the way; ``properties``
+    each property it met, in order: run, property, status, seconds."""
 
     mutant: Mutant
     status: str = NOT_RUN
@@ -56,8 +57,8 @@ class Result:
     property: str = ""
     seconds: float = 0.0
     detail: str = ""
-    properties_run: int = 0
     errors: list[str] = field(default_factory=list)
+    properties: list[tuple[str, str, str, float]] = field(default_factory=list)
 
 
 @dataclass

@@ -333,9 +333,9 @@ class MutationRun:
 
     def _result(self, slot: _Slot) -> Result:
         job = slot.job
-        result = Result(job.mutant, seconds=time.monotonic() - slot.started,
-                        properties_run=len(slot.ends))
-        for _, run, name, status, _, message in slot.ends:
+        result = Result(job.mutant, seconds=time.monotonic() - slot.started)
+        for _, run, name, status, seconds, message in slot.ends:
+            result.properties.append((run, name, status, round(seconds, 2)))
             if status == ERROR:
                 result.errors.append(f"{name} on {run}: {message}")
             if status == KILLED:
