@@ -227,14 +227,15 @@ def history_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]
 def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Engine steps of up to 32 tokens (consumers are launched per token,
     some over a grid of 256 workers a request: no engine-scale steps under
-    the interpreter), the width the policy's or any other."""
-    return batches(target, **_token_budget(max_tokens, None))
+    the interpreter, none past the engine's caps), the width the policy's
+    or any other."""
+    return batches(target, beyond_caps=False, **_token_budget(max_tokens, None))
 
 
 def decode_only_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Decode-only steps (what an engine replays through its FULL CUDA
     graphs), as :func:`consumer_steps` otherwise."""
-    return batches(target, min_decode_requests=1, max_prefill_requests=0,
+    return batches(target, min_decode_requests=1, max_prefill_requests=0, beyond_caps=False,
                    **_token_budget(max_tokens, None))
 
 

@@ -19,7 +19,8 @@ entries, reused pages first); jump a request to another context length, so
 that W crosses powers of two up and down; run a step right after another
 layer's step of another shape used the same buffers (``batch.prior``: other
 decode and prefill rows up to the buffers' rows, another R and B, its
-buffers swapped or from a row offset, at another width), which
+buffers swapped, from a row offset or at the same addresses with another
+row stride and width, at another width), which
 :meth:`c128a.replay.ReplayHarness.run_step` builds first.
 """
 
@@ -320,9 +321,16 @@ def build_machine(
             if placement == "row offset":
                 offset = 1 + pick % max(buffer_rows - max(decode, prefill), 1)
             offset = min(offset, buffer_rows - max(decode, prefill))
-            prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
-                              row_offset=offset)
             widths = policy.reachable_widths(self.harness.capacity)
+            columns = 0
+            if pick >> 12 & 1 and self.harness.capacity >= 256:
+                # Another capacity's buffers at the same addresses: half the
+                # columns, so twice the rows fit (a freed workspace reused).
+                # From a bit of ``pick`` no other choice reads: no new draw.
+                columns = self.harness.capacity // 2 // 128 * 128
+                widths = [w for w in widths if w <= columns]
+            prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
+                              row_offset=offset, columns=columns)
             self._step(f"after another layer: {describe(prior)}", prior=prior,
                        prior_width=widths[width % len(widths)])
 
