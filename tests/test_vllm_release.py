@@ -191,6 +191,17 @@ def test_folder_without_extract_or_wheel_is_a_spec_error(tmp_path):
         load_target(f"vllm-release:{tmp_path}")
 
 
+@pytest.mark.parametrize("name", ["sparse_mla.py", "vllm-0.0.1-py3-none-any.whl", "extract"])
+def test_a_fifo_or_a_device_is_refused_unread(tmp_path, vllm_cache, name):
+    """A FIFO named like a source file or a wheel hung the load (nothing
+    ever writes it), and a device would be read for ever: neither is read."""
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(TargetSpecError, match="is not a regular file or a folder"):
+            load_target(f"vllm-release:{path}")
+
+
 def test_not_a_wheel_is_a_spec_error(tmp_path, vllm_cache):
     fake = tmp_path / "vllm-0.0.1-py3-none-any.whl"
     fake.write_text("not a zip")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,8 +47,8 @@ from ..contract import (
     SLOTS,
     WIDTH_ALIGNMENT,
     padding_rows_of,
-    policy,
     target_capacity,
+    target_reachable_widths,
     target_width,
 )
 from ..contract.validation import check, check_positive_int
@@ -726,7 +725,10 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
         layout, (layout_kind, layout_offset, layout_padding), capacity, num_tokens,
         max_buffer_rows, scale.engine, layouts, steer)
 
-    prior_width = _prior_width(prior_kind, prior_value, width, capacity) if prior_widths else 0
+    if getattr(target, "fixed_width", False):
+        prefill_extra = 0  # a fixed-width builder's engine sizes both buffers at C
+    prior_width = (_prior_width(prior_kind, prior_value, width, capacity, target, ratio)
+                   if prior_widths else 0)
     return applied(assemble_batch(
         [r.step() for r in decode],
         [r.step() for r in prefill],
@@ -1117,14 +1119,22 @@ def _width(layout: Fields, target, width, widths: str, max_seq_len: int, ratio: 
             choice = WIDTH_CHOICES[against]
         elif wanted is not None:
             choice = 2
+    # A target bringing its own policy (a fixed-width builder's is W = C) is
+    # drawn only at widths that policy reaches: its engine calls no other.
+    reachable = target_reachable_widths(target, capacity, ratio)
+    own_policy = not getattr(target, "uses_project_policy", True)
+    if choice == 1 and width > WIDTH_ALIGNMENT and own_policy:
+        below = [w for w in reachable if w < width]
+        choice = 2 if not below else choice
+        if below:
+            return below[width_value % len(below)]
     if choice == 1 and width > WIDTH_ALIGNMENT:
         # Narrower than the batch needs: n(t) = min(., W) clamps.
         narrower = width // WIDTH_ALIGNMENT - 1
         return (1 + width_value % narrower) * WIDTH_ALIGNMENT
     if choice >= 1:  # any width the policy can reach, C included
-        reachable = policy.reachable_widths(capacity)
         if against == "C":
-            reachable = [capacity]
+            reachable = [capacity] if not own_policy or capacity in reachable else reachable
         elif against == "wider than the policy's, below C":
             reachable = [w for w in reachable if width < w < capacity] or reachable
         elif wanted is not None:
@@ -1242,15 +1252,17 @@ def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: b
     }.get(kind, (0, 0, False))
 
 
-def _prior_width(kind: int, value: int, width: int, capacity: int) -> int:
+def _prior_width(kind: int, value: int, width: int, capacity: int, target=None,
+                 ratio: int = COMPRESS_RATIO) -> int:
     """The width of the step built before this one into its buffers
     (``history_independent``): 0 (the widest the buffers allow) for a third
-    of the kinds, this step's own W for a third, else any width the policy
-    can reach for C, narrower or wider than W."""
+    of the kinds, this step's own W for a third, else any width the
+    target's policy can reach for C, narrower or wider than W."""
     kind %= 3
     if kind == 1:
         return width
-    reachable = [w for w in policy.reachable_widths(capacity) if w % WIDTH_ALIGNMENT == 0]
+    reachable = [w for w in target_reachable_widths(target, capacity, ratio)
+                 if w % WIDTH_ALIGNMENT == 0]
     if kind == 0 or not reachable:
         return 0
     return reachable[value % len(reachable)]
