@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "fuzz": "run the property suite and the serving-loop machine for a time",
     "replay": "rerun saved failure cases and print their diffs",
     "mutants": "run the suite against every mutant; print the kill matrix",
+    "mutate": "mutate the project's kernels; judge each mutant by the suite; print the score",
     "reach": "draw each property's steps; list the input-space buckets none reached",
     "bench": "benchmark the kernel against the baseline (GPU), or a property's throughput",
     "sanitize": "build steps under compute-sanitizer memcheck and initcheck (GPU)",
