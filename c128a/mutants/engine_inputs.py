@@ -115,6 +115,9 @@ def _assumes_aligned(name: str):
         "aligned slice, a few elements early for a slice off a 16-byte boundary",
         ENGINE_INPUTS,
         ("matches_oracle",),
+        # The ci profile's draws since inputs are drawn as an engine hands
+        # them: an int32 input's unaligned slice is rarer early on.
+        examples=25,
     )(build)
 
 
