@@ -12,6 +12,8 @@
 - ``{c128a-profiles}``: the Hypothesis profiles the suite registers.
 - A constant's value longer than a line or two is cut, as its repr can be
   the suite's data.
+- A relative ``:mod:`.x``` role in a docstring names the module Python's
+  relative import would, which is how the docstrings use it.
 - The API reference: one page per package of ``c128a``, each module's
   docstring and members by autodoc, written before the build reads its
   sources (``reference/api/``, not kept in git), so that a module added or
