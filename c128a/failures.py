@@ -44,6 +44,7 @@ __all__ = [
     "call_target",
     "failure_text",
     "is_kill",
+    "is_runner_stop",
     "one_line",
 ]
 
@@ -124,16 +125,32 @@ def _rebuild(cls, detail: str, state: dict):
 def call_target(invariant: str, what: str, function: Callable[..., T], *args, **kwargs) -> T:
     """Call the target's own ``function``; whatever it raises becomes a
     :class:`TargetRaised` naming ``what`` was called (a check that expects an
-    exception calls the target directly instead)."""
+    exception calls the target directly instead): any ``BaseException``
+    (pytest's ``Skipped`` would otherwise skip the check, a class of the
+    target's own end the run), except ``SystemExit`` and a stop of the run
+    (:func:`is_runner_stop`)."""
     try:
         return function(*args, **kwargs)
     except ContractViolation:
         raise
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001 - pytest's Skipped, GeneratorExit, its own class
+        if is_runner_stop(exc) or isinstance(exc, SystemExit):
+            raise  # a process ending on purpose is the runner's to handle too
         raise target_raised(invariant, what, exc) from exc
 
 
-def target_raised(invariant: str, what: str, exc: Exception) -> "TargetRaised":
+def is_runner_stop(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while the target's code ran, is a stop of the
+    run rather than the target's doing: Ctrl-C (``KeyboardInterrupt``), or a
+    ``BaseException`` class of c128a's own, which its runners raise from a
+    signal handler or a timer to stop (a fuzz worker's stop, a replay's
+    interruption)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return not isinstance(exc, Exception) and type(exc).__module__.partition(".")[0] == "c128a"
+
+
+def target_raised(invariant: str, what: str, exc: BaseException) -> "TargetRaised":
     """The :class:`TargetRaised` for ``exc``, raised by the target's ``what``."""
     original = f"{type(exc).__name__}: {exc}"
     return TargetRaised(invariant, f"the target's {what} raised {original}", original)

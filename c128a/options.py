@@ -81,7 +81,7 @@ TARGET_OPTION = Option(
     env=TARGET_ENV,
     metavar="SPEC",
     help="implementation under test: triton, triton-inert, reference, reference-inert, vllm, "
-    "vllm-release:VERSION|PATH, MODULE or MODULE:ATTR",
+    "vllm-release:VERSION|PATH, vllm-source:CHECKOUT[@REF], MODULE or MODULE:ATTR",
     when_unset=DEFAULT_TARGET,
 )
 PADDING_ROWS_OPTION = Option(
@@ -134,6 +134,19 @@ ALLOW_NOT_RUN_OPTION = Option(
     "other than a missing device or tool (CUDA, compute-sanitizer); they are still counted "
     "and named in the summary",
     when_unset="off: such a check fails the run",
+)
+
+CHECK_TIMEOUT_ENV = "C128A_CHECK_TIMEOUT"
+DEFAULT_CHECK_TIMEOUT_S = 900.0
+CHECK_TIMEOUT_OPTION = Option(
+    dest="check_timeout",
+    pytest="--c128a-check-timeout",
+    env=CHECK_TIMEOUT_ENV,
+    metavar="SECONDS",
+    help="end a conformance check that runs longer than this (its process ends, naming it; "
+    "a check stuck in native code included); 0: no limit",
+    when_unset=f"pytest-timeout's --timeout, $PYTEST_TIMEOUT or ini timeout plus 30 where one "
+    f"is set (its own method acts first), else {DEFAULT_CHECK_TIMEOUT_S:g}",
 )
 
 SHARED_OPTIONS = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,52 @@ slow_when_wrong = SimpleNamespace(build_c128a_topk_metadata=_slowly_when_wrong)
 its passing steps fast, and shrinking its failure takes minutes."""
 
 
+SLOWER_THAN_THE_STOP_S = 60.0
+_answered_wrong: list[bool] = []  # in this process
+
+
+def _stuck_after_its_first_wrong_answer(*args):
+    """Wrong at once on a late position, the first time; every call after
+    that takes a minute: the shrinking's next example outlasts any stop's
+    grace."""
+    if _answered_wrong:
+        time.sleep(SLOWER_THAN_THE_STOP_S)
+    positions, num_decode = args[0], args[2]
+    if bool((positions[:num_decode] >= THRESHOLD).any()):
+        _answered_wrong.append(True)
+    return _late_lengths_one_too_long(*args)
+
+
+stuck_while_it_shrinks = SimpleNamespace(
+    build_c128a_topk_metadata=_stuck_after_its_first_wrong_answer
+)
+"""Fails fast once; then each example, the shrinking's, takes a minute."""
+
+
+def _exits_0_after_its_first_wrong_answer(*args):
+    """Wrong at once on a late position, the first time; the call after that
+    ends its process with status 0, as a native library calling exit(0)
+    would: no exception, no message, no Python handler."""
+    if _answered_wrong:
+        os._exit(0)
+    return _stuck_after_its_first_wrong_answer(*args)
+
+
+exits_0_while_it_shrinks = SimpleNamespace(
+    build_c128a_topk_metadata=_exits_0_after_its_first_wrong_answer
+)
+"""``os._exit(0)`` in the first example the shrinking of its failure runs."""
+
+
+def _one_minute(*args):
+    time.sleep(SLOWER_THAN_THE_STOP_S)
+    return oracle.build_c128a_topk_metadata(*args)
+
+
+a_minute_a_call = SimpleNamespace(build_c128a_topk_metadata=_one_minute)
+"""Right, after a minute: a run shorter than that ends before any example does."""
+
+
 TARGET_EXIT_STATUS = 3
 """The status a fuzz worker exits with after a CUDA fault, from the target here."""
 
@@ -75,6 +122,8 @@ def _exits(*args):
 
 exits_3 = SimpleNamespace(build_c128a_topk_metadata=_exits)
 """A target that ends its process with ``sys.exit(3)`` on its first call."""
+
+
 
 
 def _interrupt(*args):
@@ -106,6 +155,11 @@ def _fails_after_removing_the_cases_dir(target, batch, device) -> None:
     matches_reference(target, batch, device)
 
 
+def _crashes(target, batch, device) -> None:
+    """Every example ends its worker (SIGKILL)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _harness_bug(target, batch, device) -> None:
     """A fault of the suite itself: a bare assertion of the harness."""
     assert batch.num_tokens < 0, "a harness assertion"
@@ -113,6 +167,7 @@ def _harness_bug(target, batch, device) -> None:
 
 FAULT_PROPERTIES = {
     "harness_bug": Property("harness_bug", small_batches, _harness_bug),
+    "crashes_every_time": Property("crashes_every_time", small_batches, _crashes),
     "matches_reference": Property("matches_reference", small_batches, matches_reference),
     "loses_cases_dir": Property("loses_cases_dir", small_batches,
                                 _fails_after_removing_the_cases_dir),
@@ -173,6 +228,30 @@ def _spawn_a_child_then_hang(*args):
 
 
 spawns_a_child_and_hangs = SimpleNamespace(build_c128a_topk_metadata=_spawn_a_child_then_hang)
+
+
+def _start_sessions_of_its_own(*args):
+    """Start two sleeping processes that leave the worker's process group:
+    one in a session of its own (``start_new_session``), one through a shell
+    that runs ``setsid sleep`` in the background and exits (a daemon's
+    double fork: the sleeper's parent is gone at once); note each pid in the
+    folder ``$C128A_TEST_CHILD_PIDS`` names. The first call of the test (the
+    folder's ``crashed`` marker made) then ends its worker by SIGKILL,
+    orphaning both; the others return the oracle's answer."""
+    folder = Path(os.environ[CHILD_PIDS_ENV])
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    Path(folder, str(child.pid)).touch()
+    daemon = subprocess.run(["sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 & echo $!"],
+                            capture_output=True, text=True, check=True)
+    Path(folder, daemon.stdout.strip()).touch()
+    try:
+        os.close(os.open(folder / "crashed", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return oracle.build_c128a_topk_metadata(*args)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+starts_sessions_of_its_own = SimpleNamespace(build_c128a_topk_metadata=_start_sessions_of_its_own)
 
 
 # ---------------------------------------------------------------- historical steps

@@ -219,3 +219,114 @@ def test_a_malformed_recorded_step_names_its_field(tmp_path, edit, field, rule):
     with pytest.raises(cases.CaseError) as raised:
         cases.load_case(path)
     assert raised.value.field == field and rule in raised.value.rule, raised.value
+
+
+# ---------------------------------------------------------------- a failure at capture
+
+CAPTURE_FAILS = "c128a.mutants:off_by_one_length"
+"""A mutant whose engine's capture batch (W = C) already fails: the serving
+loop's failure comes as its engine captures, before any step."""
+
+
+@pytest.fixture(scope="module")
+def capture_case(tmp_path_factory) -> Path:
+    """The serving-loop case c128a fuzz saves on that mutant."""
+    from c128a.runners import fuzz
+
+    folder = tmp_path_factory.mktemp("capture")
+    report = fuzz.run_fuzz(fuzz.FuzzConfig(
+        target=CAPTURE_FAILS, device="cpu", max_examples=5, seed=1, workers=1, db="none",
+        cases_dir=str(folder / "cases"), report=str(folder / "report.json"),
+        exitfirst=True, chunk=5, only=(cases.SERVING_LOOP,), stateful=True, live=False,
+    ))
+    assert report["exit_status"] == 1, report
+    [saved] = cases.case_files(folder / "cases")
+    return saved
+
+
+def test_a_serving_loop_failure_at_capture_replays_from_its_engine_without_the_blob(
+    tmp_path, monkeypatch, capture_case
+):
+    """A failure found as the engine captures is saved with its engine (no
+    step), so that under another Hypothesis release, or with no blob, it
+    replays by capturing again: still failing on the mutant, passing on a
+    correct target. (Before: no machine_steps, and such a case could not be
+    replayed under another release.)"""
+    case = cases.load_case(capture_case)
+    assert case.machine_steps is not None and case.machine_steps.steps == ()
+    assert (case.machine_steps.max_model_len, case.machine_steps.capture_width) == (262144, 2048)
+    monkeypatch.setattr(cases, "run_state_machine_as_test", no_hypothesis)
+    without_blob = cases.load_case(fresh_copy(capture_case, tmp_path, lambda d: (
+        d.update(reproduce_blob=None), d["versions"].update(hypothesis=ANOTHER_RELEASE))))
+    still = cases.replay_case(without_blob, load_target(CAPTURE_FAILS), "cpu")
+    assert still.verdict == cases.FAILS, still.report
+    assert "global_decode_buffer row 0" in still.report and "without Hypothesis" in still.report
+    assert "(no step: it failed at capture)" in still.report
+    fixed = cases.replay_case(without_blob, load_target("reference"), "cpu")
+    assert fixed.verdict == cases.PASSES, fixed.report
+
+
+# ---------------------------------------------------------------- an edited case
+
+EDITS = {
+    "steps emptied": lambda steps: steps.update(steps=[]),
+    "engine size changed": lambda steps: steps.update(max_model_len=131072),
+    "a step's description changed": lambda steps: steps["steps"][0].update(description="[x]"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS)
+def test_an_edited_serving_loop_case_is_refused_naming_the_file_and_the_field(
+    tmp_path, fresh_case, capsys, edit
+):
+    """The steps a case records are tied to it by the digest written with
+    them: emptied or with another engine, they no longer hold the failure the
+    case records, and replay refuses the case (exit 2, one line naming the
+    file and the field) rather than call it passing. (Before: PASSES.)"""
+    path = fresh_copy(fresh_case, tmp_path, lambda d: edit(d["machine_steps"]))
+    with pytest.raises(cases.CaseError) as raised:
+        cases.load_case(path)
+    assert raised.value.field == "machine_steps"
+    assert "changed since the case was written" in raised.value.rule
+    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference"]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"error: {path}: field 'machine_steps': changed since"), line
+    assert "PASSES" not in captured.out
+
+
+def test_steps_edited_on_purpose_replay_once_their_digest_is_removed(tmp_path, fresh_case):
+    """What the refusal says to do: without the digest, the edited steps
+    are a case of their own and replay as they are."""
+    path = fresh_copy(fresh_case, tmp_path, lambda d: (
+        d["machine_steps"].update(steps=[]), d.pop("machine_steps_digest"),
+        d.update(reproduce_blob=None)))
+    outcome = cases.replay_case(cases.load_case(path), load_target(PACKED_STRIDE), "cpu")
+    assert outcome.verdict == cases.PASSES and "0 recorded engine step(s)" in outcome.report
+
+
+def test_the_kept_serving_loop_case_refuses_an_edit_of_its_engine(tmp_path):
+    path = kept_copy(tmp_path, lambda d: d["machine_steps"].update(kv_slots=20800))
+    with pytest.raises(cases.CaseError, match="'machine_steps': changed since"):
+        cases.load_case(path)
+
+
+def test_a_serving_loop_case_too_large_with_its_steps_is_saved_with_its_blob(
+    tmp_path, monkeypatch, fresh_case
+):
+    """A serving-loop case whose recorded steps would make it larger than a
+    case may be: saved without them (saying so), replayable from its blob,
+    which drives the same steps again."""
+    case = cases.load_case(fresh_case)
+    if (problem := cases.blob_problem(case)) is not None:
+        pytest.skip(f"the blob cannot run here: {problem}")
+    without_steps = dataclasses.replace(case, machine_steps=None, machine_steps_digest=None)
+    room = len(json.dumps(without_steps.to_json(), separators=(",", ":"))) + 400
+    assert room < len(json.dumps(case.to_json(), separators=(",", ":")))
+    monkeypatch.setattr(cases, "MAX_CASE_BYTES", room)
+    path, new = cases.write_case(case, tmp_path)
+    assert new and path.stat().st_size <= room
+    saved = cases.load_case(path)
+    assert saved.machine_steps is None and "recorded engine step(s) were left out" in saved.failure
+    outcome = cases.replay_case(saved, load_target(PACKED_STRIDE), "cpu")
+    assert outcome.verdict == cases.FAILS and STRIDE_DIFF in outcome.report

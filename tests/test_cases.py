@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,7 +17,9 @@ from c128a.checks import Property
 from c128a.contract import oracle
 from c128a.failures import CaseError, InvariantViolation
 from c128a.runners import cases
+from c128a.runners.fuzz.casebook import CaseBook
 from c128a.step import Batch, build
+from helpers import fill_to_the_last_byte, small_tmpfs
 
 THRESHOLD = 1000
 
@@ -268,3 +271,214 @@ def test_a_failing_conformance_property_saves_the_step_it_reports(tmp_path, c128
     outcome = cases.replay_case(cases.load_case(path), target, c128a_device)
     assert not outcome.passed
     assert str(raised.value).splitlines()[0] in outcome.report
+
+
+# ---------------------------------------------------------------- a file in a case's place
+
+
+LFS_POINTER = ("version https://git-lfs.github.com/spec/v1\n"
+               "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+               "size 1893\n")
+
+
+def _merge_conflict(path: Path) -> None:
+    """The case and another one in a conflict's markers, as a merge leaves a
+    committed cases folder."""
+    ours = cases.readable_json(make_case().to_json())
+    theirs = cases.readable_json(make_case(failure="other words").to_json())
+    path.write_text(f"<<<<<<< HEAD\n{ours}\n=======\n{theirs}\n>>>>>>> other-branch\n")
+
+
+FILES_IN_THE_WAY = {
+    "an empty object": (lambda path: path.write_text("{}\n"), "no case (field 'format'"),
+    "a dangling symlink": (lambda path: path.symlink_to(path.parent / "moved-away.json"),
+                           "a symbolic link to"),
+    "a Git LFS pointer": (lambda path: path.write_text(LFS_POINTER), "a Git LFS pointer"),
+    "a merge conflict": (_merge_conflict, "merge-conflict markers"),
+    "another case": (lambda path: path.write_text(json.dumps(make_case(2000).to_json())),
+                     "another case (failure of lens on"),
+    "a folder": (lambda path: path.mkdir(), "is a directory"),
+}
+
+
+def _snapshot(path: Path):
+    """What is at ``path``, to see that it is left as it was."""
+    if path.is_symlink():
+        return ("link", os.readlink(path))
+    if path.is_dir():
+        return ("folder", sorted(p.name for p in path.iterdir()))
+    return ("file", path.read_bytes())
+
+
+@pytest.mark.parametrize("plant, named", FILES_IN_THE_WAY.values(), ids=FILES_IN_THE_WAY)
+def test_a_file_in_a_cases_place_is_left_and_the_case_takes_another_name(tmp_path, plant,
+                                                                         named):
+    """A file at a case's name counts as the case saved only when it reads
+    back as the same case. Anything else there stays as it is, and the case
+    is saved new under the next name, which says why. (Before: any file there
+    was "already saved", and the case was never written.)"""
+    case = make_case()
+    taken = tmp_path / cases.case_filename(case)
+    plant(taken)
+    before = _snapshot(taken)
+    path, new = cases.write_case(case, tmp_path)
+    assert new and path == tmp_path / taken.name.replace(".json", "-2.json")
+    assert _snapshot(taken) == before
+    loaded = cases.load_case(path)
+    assert cases.case_identity(loaded) == cases.case_identity(case) and loaded.batch == case.batch
+    # Found again: the copy under the other name is the case, saved once;
+    # why its own name was passed over is said.
+    again = cases.save_case(make_case(failure="again"), tmp_path)
+    assert (again.path, again.new) == (path, False)
+    [why] = again.passed_over
+    assert why.startswith(f"{taken.name} holds ") and named in why, why
+
+
+def test_a_file_that_reads_back_as_the_same_case_is_the_case_saved(tmp_path):
+    """The same case written by another run (another message, another
+    layout, linked from elsewhere) is already saved; no second file."""
+    case = make_case()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(make_case(failure="other words", seed=3).to_json()))
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / cases.case_filename(case)).symlink_to(elsewhere)
+    assert cases.write_case(case, folder) == (folder / cases.case_filename(case), False)
+    assert len(list(folder.iterdir())) == 1
+
+
+def test_a_shrunk_case_whose_name_is_taken_is_saved_before_its_first_copy_goes(tmp_path):
+    """The failure as first found is saved at once; its shrunk case's name
+    holds a file that is no case (each kind at once: the case passes over
+    every one). The shrunk case is saved under the next free name and said;
+    only then does the first copy go. (Before: the shrunk case was "already
+    saved", the first copy was deleted, and the failure was nowhere.)"""
+    said = []
+    book = CaseBook(tmp_path, say=lambda text, case: said.append(text))
+    first, shrunk = make_case(5000, reproduce_blob=None), make_case()
+    names = [cases.case_filename(shrunk).replace(".json", suffix)
+             for suffix in (".json", "-2.json", "-3.json", "-4.json")]
+    plants = [plant for plant, _ in list(FILES_IN_THE_WAY.values())[:4]]
+    for name, plant in zip(names, plants):
+        plant(tmp_path / name)
+    assert book.found(0, first) is True
+    assert book.shrunk(0, shrunk) == 0
+    [entry] = book.entries
+    saved = tmp_path / cases.case_filename(shrunk).replace(".json", "-5.json")
+    assert entry["path"] == str(saved) and entry["new"] and entry["shrunk"]
+    assert cases.case_identity(cases.load_case(saved)) == cases.case_identity(shrunk)
+    assert not (tmp_path / cases.case_filename(first)).exists()
+    assert [name in entry["name_taken"] for name in names] == [True] * 4
+    [line] = said
+    assert line.startswith(f"failure case saved as {saved}: {names[0]} holds no case")
+
+
+def test_an_unshrunk_copy_stays_until_its_shrunk_case_is_on_the_disk(tmp_path):
+    """The disk fills after the first failing example was saved: the shrunk
+    case cannot be written (nor anywhere else), so the first copy stays on
+    the disk beside the report's whole case; once the disk has room the
+    shrunk case is written there, and only then the first copy goes."""
+    with small_tmpfs(tmp_path / "disk") as disk:
+        book = CaseBook(disk / "cases")
+        first, shrunk = make_case(5000, reproduce_blob=None), make_case()
+        book.found(0, first)
+        first_copy = disk / "cases" / cases.case_filename(first)
+        fill_to_the_last_byte(disk)
+        assert book.shrunk(0, shrunk) == 0
+        [entry] = book.entries
+        assert entry["path"] is None and "No space left" in entry["not_written"]
+        assert cases.Case.from_json(entry["case"]) == shrunk
+        assert entry["unshrunk_kept"] == str(first_copy)
+        assert cases.load_case(first_copy) == first
+        (disk / "filler").unlink()
+        book.retry_unwritten()
+        [entry] = book.entries
+        assert entry["path"] == str(disk / "cases" / cases.case_filename(shrunk))
+        assert cases.load_case(entry["path"]) == shrunk
+        assert not first_copy.exists() and "unshrunk_kept" not in entry
+
+
+@pytest.mark.slow
+def test_a_fuzz_run_keeps_its_finding_past_files_in_its_cases_name(tmp_path):
+    """A real fuzz run on a mutant whose shrunk case's name, and the next
+    three, hold an empty object, a dangling symlink, a Git LFS pointer and a
+    merge conflict: the run saves the case under the fifth name, says so in
+    its report, and leaves each of those files as it was; the case replays
+    to the failure."""
+    from test_fuzz import MUTANT_SPEC as FUZZ_MUTANT, lens_mutant as fuzz_mutant, make_config
+    from test_fuzz import STANDIN_PROPERTIES as FUZZ_PROPERTIES
+    from c128a.contract import padding_rows_of
+    from c128a.runners import fuzz
+
+    shrunk = cases.new_case(
+        property="matches_reference", target=FUZZ_MUTANT, kind="failure", failure="",
+        padding_rows=padding_rows_of(fuzz_mutant),
+        batch=Batch(positions=(1000,), num_decode_tokens=1, token_to_req_indices=(0,),
+                    block_table=(tuple(range(64)),), slot_mapping=(1000,), max_model_len=16384,
+                    capacity=128, width=128, buffer_rows=1),
+    )
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    names = [cases.case_filename(shrunk).replace(".json", suffix)
+             for suffix in (".json", "-2.json", "-3.json", "-4.json")]
+    for name, (plant, _) in zip(names, list(FILES_IN_THE_WAY.values())[:4]):
+        plant(folder / name)
+    before = [_snapshot(folder / name) for name in names]
+    report = fuzz.run_fuzz(make_config(tmp_path, target=FUZZ_MUTANT, max_examples=300,
+                                       exitfirst=True, db="none"))
+    assert report["exit_status"] == 1, report
+    [entry] = report["cases"]
+    assert entry["path"] == str(folder / names[0].replace(".json", "-5.json")), entry
+    assert entry["new"] and entry["shrunk"] and names[3] in entry["name_taken"], entry
+    saved = cases.load_case(entry["path"])
+    assert cases.case_identity(saved) == cases.case_identity(shrunk)
+    assert [_snapshot(folder / name) for name in names] == before
+    # The first failing example's copy went once the shrunk case was saved.
+    assert sorted(cases.case_files(folder)) == sorted(
+        [folder / name for name in names] + [Path(entry["path"])])
+    outcome = cases.replay_case(saved, fuzz_mutant, "cpu", properties=FUZZ_PROPERTIES)
+    assert outcome.verdict == cases.FAILS, outcome.report
+
+
+# ---------------------------------------------------------------- a case larger than replay reads
+
+
+@pytest.fixture
+def small_case_limit(monkeypatch) -> int:
+    """The one limit on a case's size, made 1 MiB: the writer and the reader
+    both follow it (it is defined once)."""
+    monkeypatch.setattr(cases, "MAX_CASE_BYTES", 1 << 20)
+    return 1 << 20
+
+
+def test_a_case_with_a_huge_message_is_saved_in_a_form_replay_reads(tmp_path, small_case_limit):
+    """A target's failure message larger than a case file may be: the case
+    is saved with the message's middle cut (saying so), within the limit the
+    reader reads, and replays to the failure. (Before: the file was written
+    whole and `c128a replay` refused it as larger than it reads.)"""
+    message = "x" * small_case_limit + "the end"
+    case = make_case(failure=f"TargetRaised: {message}")
+    path, new = cases.write_case(case, tmp_path)
+    assert new and path.stat().st_size <= small_case_limit
+    loaded = cases.load_case(path)
+    assert loaded.batch == case.batch and cases.case_filename(loaded) == path.name
+    assert loaded.failure.startswith("TargetRaised: xxx") and loaded.failure.endswith("the end")
+    assert "characters cut here: the case would have been larger than MAX_CASE_BYTES" in (
+        loaded.failure)
+    outcome = cases.replay_case(loaded, lens_mutant, "cpu", properties=STANDIN_PROPERTIES)
+    assert outcome.verdict == cases.FAILS
+    # Found again: the same case, already saved.
+    assert cases.write_case(case, tmp_path) == (path, False)
+
+
+def test_a_case_no_form_of_which_fits_is_kept_whole_in_the_report(tmp_path, monkeypatch):
+    """Where even the cut form is larger than the limit, the case is not
+    written half: the run keeps it whole in its report entry and says why."""
+    monkeypatch.setattr(cases, "MAX_CASE_BYTES", 1000)
+    book = CaseBook(tmp_path / "cases")
+    case = make_case()
+    book.found(0, case)
+    [entry] = book.entries
+    assert entry["path"] is None and "more than MAX_CASE_BYTES=1,000" in entry["not_written"]
+    assert cases.Case.from_json(entry["case"]) == case
+    assert list((tmp_path / "cases").glob("*.json")) == []

@@ -104,3 +104,23 @@ def test_keyed_target_survives_the_serving_loop(c128a_device):
 def test_a_target_without_keyed_launchers_is_named(c128a_device):
     reason = PROPERTIES["compile_keys"].unsupported(load_target("reference"))
     assert reason is not None and "keyed launcher" in reason
+
+
+NEVER_LAUNCHED = "c128a.mutants:launcher_never_launched"
+
+
+def test_a_declared_launcher_never_launched_through_fails_not_passes(c128a_device):
+    """A target declaring a keyed launcher whose build never launches
+    through it (here: it builds with torch) compared no key: before, both
+    checks passed, having checked nothing."""
+    target = load_target(NEVER_LAUNCHED)
+    outcome = run_property(PROPERTIES["compile_keys"], target, c128a_device, ci_settings(10))
+    assert outcome.killed, outcome.cell()
+    assert ("declares keyed launcher(s) KeyedBuildKernel for its build, but building this step"
+            in outcome.message and "no compile key of it was compared" in outcome.message), (
+        outcome.message)
+    saved = []
+    with pytest.raises(InvariantViolation, match="launched through none of them"):
+        run_state_machine_as_test(compile_keys_machine(target, c128a_device, saved),
+                                  settings=COMPILE_KEYS_SETTINGS)
+    assert "; step: [" in saved[-1][1], saved[-1][1]

@@ -192,14 +192,14 @@ def test_clean_run_reports_counts_coverage_and_versions(tmp_path):
 def test_time_limited_run_stops_by_itself_with_a_live_display(tmp_path):
     screen = io.StringIO()
     console = Console(file=screen, force_terminal=True, width=140)
-    report = fuzz.run_fuzz(make_config(tmp_path, max_examples=None, minutes=0.02, live=True),
+    report = fuzz.run_fuzz(make_config(tmp_path, max_examples=None, minutes=0.15, live=True),
                            console=console)
     assert report["exit_status"] == 0, report
     shown = screen.getvalue()
     assert "c128a fuzz: reference on cpu" in shown and "remaining" in shown
     assert "c128a fuzz summary" in shown
     assert "time: drawing" in shown  # the live display's and the summary's time split
-    assert report["minutes"] == 0.02 and report["max_examples"] is None
+    assert report["minutes"] == 0.15 and report["max_examples"] is None
     assert report["per_worker"][0]["state"] in ("done", "stopped")  # not killed
 
 
@@ -317,10 +317,55 @@ def test_max_tokens_sizes_every_drawn_step(tmp_path):
     assert sizes == {"tokens=1", "tokens=2"}
 
 
-def test_unknown_target_aborts_with_the_reason(tmp_path):
-    report = fuzz.run_fuzz(make_config(tmp_path, target="no_such_module_c128a"))
-    assert report["exit_status"] == 2
-    assert "no_such_module_c128a" in report["error"]
+def test_a_property_that_got_no_example_makes_the_run_incomplete(tmp_path):
+    """--max-examples is spent on the first property's round: the second
+    got no example, so the run is not clean (status incomplete, exit 2),
+    and the summary and report name it and say why. (Before: `clean`,
+    exit 0.)"""
+    console_file = io.StringIO()
+    config = make_config(tmp_path, max_examples=5, chunk=10,
+                         only=("matches_reference", "cuda_fault_once"))
+    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+    assert report["per_property"] == {"matches_reference": 5}, report["per_property"]
+    assert report["status"] == "incomplete" and report["exit_status"] == 2, report
+    assert list(report["not_run"]) == ["cuda_fault_once"]
+    assert "--max-examples 5 was spent" in report["not_run"]["cuda_fault_once"]
+    printed = " ".join(console_file.getvalue().split())
+    assert "not run: cuda_fault_once: no example: --max-examples 5 was spent" in printed
+
+
+@pytest.mark.parametrize("machine, words", [
+    ("os:getcwd", "--machine os:getcwd: calling it with (target, device) raised TypeError"),
+    (f"{__name__}:PROPERTIES_SPEC", f"--machine {__name__}:PROPERTIES_SPEC is a str, not callable"),
+    (f"{__name__}:small_batches", f"--machine {__name__}:small_batches returned LazyStrategy"),
+], ids=["raises", "not-callable", "not-a-machine"])
+def test_a_machine_that_is_not_a_factory_of_one_is_refused_before_any_worker(
+    tmp_path, capsys, c128a_device, machine, words
+):
+    """--machine is loaded and called with the target before any worker
+    starts: one that is not a machine factory is one line, exit 2, no run.
+    (Before: the run started, and each worker aborted with a traceback.)"""
+    status = cli.main([
+        "fuzz", "--target", "reference", "--device", c128a_device.type, "--no-live", "--db",
+        "none", "--workers", "1", "--max-examples", "3", "--only", "serving_loop",
+        "--machine", machine, "--cases-dir", str(tmp_path / "cases"),
+        "--report", str(tmp_path / "r.json"),
+    ])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    [line] = err.splitlines()
+    assert line.startswith("c128a fuzz: ") and words in line, line
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_unknown_target_is_a_usage_error_before_any_worker_starts(tmp_path):
+    """The target is loaded once, in a child, before the workers: one that
+    does not load is a usage error, and no report is written."""
+    with pytest.raises(UsageError, match="cannot import module 'no_such_module_c128a'"):
+        fuzz.run_fuzz(make_config(tmp_path, target="no_such_module_c128a"))
+    assert not (tmp_path / "report.json").exists()
+    # The child that refused at once left the workers' fork server running.
+    assert fuzz.run_fuzz(make_config(tmp_path, max_examples=3))["exit_status"] == 0
 
 
 def test_config_file_fills_in_what_the_command_line_leaves_out(tmp_path):

@@ -39,9 +39,10 @@ EXAMPLE_MESSAGES = {
     protocol.Ready: protocol.Ready(3),
     protocol.Progress: protocol.Progress(
         3, examples=12, labels={"decode only": 12}, reach={"tokens: 1": 12},
-        per_property={"lens": 12}, running="lens", time={"target": 0.5, "draw": 0.25},
+        per_property={"lens": 12}, running="lens", round=7, time={"target": 0.5, "draw": 0.25},
     ),
     protocol.Found: protocol.Found(3, make_case(reproduce_blob=None)),
+    protocol.Shrinking: protocol.Shrinking(3, make_case()),
     protocol.Failure: protocol.Failure(3, make_case()),
     protocol.SuiteError: protocol.SuiteError(3, "lens: the suite itself failed: KeyError"),
     protocol.Fatal: protocol.Fatal(3, "ImportError: no module named x"),
@@ -291,6 +292,46 @@ def test_a_case_cut_short_stays_the_first_example_with_the_last_one_tried(tmp_pa
     assert entry["note"] == ("shrinking was cut short (the run ended); the case is the first "
                              "failing example")
     assert saved(tmp_path) == [cases.case_filename(first)] and not book.has_unshrunk(0)
+
+
+def test_the_smallest_example_sent_replaces_the_first_when_the_stop_ends_shrinking(
+    supervisor, tmp_path
+):
+    """A worker sends its first failing example, then smaller ones as it
+    shrinks, then ends at the run's stop: the smaller ones are held, not
+    saved, and the last replaces the first, saying shrinking was cut short."""
+    first, smaller, smallest = (make_case(7000, reproduce_blob=None), make_case(5000),
+                                make_case(3000))
+    sent(supervisor, protocol.Ready(0), protocol.Found(0, first),
+         protocol.Shrinking(0, smaller), protocol.Shrinking(0, smallest))
+    assert saved(tmp_path) == [cases.case_filename(first)]
+    supervisor.request_halt("the deadline")
+    sent(supervisor, protocol.Done(0))
+    report = supervisor.report()
+    [entry] = report["cases"]
+    assert saved(tmp_path) == [cases.case_filename(smallest)]
+    assert entry["shrunk"] is False and entry["note"] == (
+        "shrinking was cut short (the deadline ended it); the case is the smallest failing "
+        "example found by then")
+    assert report["totals"]["failures"] == 1 and supervisor.halt.is_set()
+
+
+def test_a_shrunk_failure_ends_what_was_held_of_its_shrinking(supervisor, tmp_path):
+    (first, shrunk), smaller = unshrunk_and_shrunk(), make_case(3000)
+    sent(supervisor, protocol.Ready(0), protocol.Found(0, first),
+         protocol.Shrinking(0, smaller), protocol.Failure(0, shrunk), protocol.Done(0))
+    [entry] = supervisor.report()["cases"]
+    assert saved(tmp_path) == [cases.case_filename(shrunk)] and entry["shrunk"] is True
+    assert supervisor.best == {}
+
+
+def test_a_run_with_no_example_is_not_clean_and_says_why(supervisor):
+    """No example ran (the workers were still starting): never `clean`."""
+    supervisor.slots[0].process = object()  # spawned, never ready
+    supervisor.request_halt("the deadline")
+    report = supervisor.report()
+    assert report["status"] == "nothing checked" and report["exit_status"] == EXIT_USAGE
+    assert report["nothing_checked"].startswith("no worker was ready before the run stopped")
 
 
 def test_a_case_that_cannot_be_written_is_kept_whole_in_its_entry(tmp_path):

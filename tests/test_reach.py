@@ -208,7 +208,7 @@ def test_each_property_names_only_dimensions_that_exist():
             assert buckets is None or set(buckets) <= set(known), (prop.name, dimension)
     assert set(expected(ONE_BUILD)) == names - set(HISTORY)
     assert HISTORY == ("width history", "decode rows history", "prefill rows history",
-                       "tokens history", "layout history", "geometry history")
+                       "tokens history", "layout history", "geometry history", "address reuse")
 
 
 def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):

@@ -11,7 +11,10 @@ are followed through ``/proc`` (Linux).
 from __future__ import annotations
 
 import os
+import select
 import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +23,10 @@ from c128a import cli
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from c128a.runners import cases
 from helpers import (
+    PACKAGE_ROOT,
     alive,
     assert_all_ended,
+    child_environment,
     importable_here_and_in_children,
     needs_proc,
     on_trigger_source,
@@ -78,7 +83,16 @@ def _hang_with_a_grandchild():
 hangs_with_a_grandchild = _on_trigger(_hang_with_a_grandchild)
 aborts = _on_trigger(os.abort)
 correct = _on_trigger(lambda: None)
+exits_0 = _on_trigger(lambda: os._exit(0))
+sys_exits_0 = _on_trigger(lambda: sys.exit(0))
+reads_the_terminal = _on_trigger(input)
 '''
+EXITS_AT_IMPORT_MODULE = "exits_at_import_c128a_test"
+EXITS_AT_IMPORT_SOURCE = """
+import os
+
+os._exit(0)  # as a native library calling exit(0) as it loads
+"""
 
 
 @pytest.fixture
@@ -87,6 +101,7 @@ def standin(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "standin"
     folder.mkdir()
     (folder / f"{STANDIN_MODULE}.py").write_text(STANDIN_SOURCE)
+    (folder / f"{EXITS_AT_IMPORT_MODULE}.py").write_text(EXITS_AT_IMPORT_SOURCE)
     return importable_here_and_in_children(folder, monkeypatch)
 
 
@@ -216,3 +231,126 @@ def test_a_failure_case_that_now_crashes_is_reported_and_the_next_file_runs(tmp_
     assert crashed in out, (out, err)
     after = out.split("STILL CRASHES")[1]
     assert f"case:     {good}" in after and "result:   PASSES now" in after, (out, err)
+
+
+# ---------------------------------------------------------------- an end without a verdict
+
+
+def failure_file(tmp_path: Path, kind: str = "failure") -> Path:
+    """A matches_oracle case at the trigger, of ``kind``."""
+    path, _ = cases.write_case(
+        make_case(property="matches_oracle", target="reference", kind=kind), tmp_path / kind
+    )
+    return path
+
+
+@pytest.mark.parametrize("kind, process", [("failure", "its process"),
+                                           ("crash", "its child process")],
+                         ids=["a failure case, in the command's process",
+                              "a crash case, in its child"])
+def test_a_target_ending_the_process_in_its_build_fails_the_replay(
+    tmp_path, standin, cli_process, kind, process
+):
+    """The target calls os._exit(0) on the case's input (as a native library
+    calling exit(0) would): the process running the case ends with status
+    0 and no verdict, which is a failure of the replay, said in one line.
+    (Before: the case printed its header and nothing more, and the replay
+    exited 0: a crash case the fuzzer wrote for such a target replayed
+    green.) With more than one case each runs in a child, as the crash case
+    does here."""
+    path = failure_file(tmp_path, kind)
+    replay = start_replay(cli_process, path, "--target", f"{STANDIN_MODULE}:exits_0")
+    assert replay.wait(180) == EXIT_FAILED, replay.output()
+    out, err = replay.output()
+    [line] = [line for line in out.splitlines() if "without a verdict" in line]
+    assert line.startswith(f"result:   STILL CRASHES: {process} exited 0 while it ran the "
+                           "case, without a verdict: the target ended the process itself "
+                           "(os._exit(), exit() in a native library)"), (out, err)
+    assert "PASSES" not in out, out
+
+
+@pytest.mark.parametrize("kind", ["failure", "crash"],
+                         ids=["in the command's process", "in its child"])
+def test_a_target_ending_the_process_as_it_is_imported_fails_the_replay(
+    tmp_path, standin, cli_process, kind
+):
+    """The target's module calls os._exit(0) as it is imported: the case
+    cannot be replayed here (exit 2), said in one line; never exit 0 with
+    no output. (Before: exit 0, nothing printed.)"""
+    path = failure_file(tmp_path, kind)
+    replay = start_replay(cli_process, path, "--target", f"{EXITS_AT_IMPORT_MODULE}:anything")
+    assert replay.wait(180) == EXIT_USAGE, replay.output()
+    out, err = replay.output()
+    said = out + err
+    assert "exited 0 while the case's target loaded, without a verdict: the target's import" in (
+        said), (out, err)
+    assert "PASSES" not in said
+
+
+def test_a_target_raising_system_exit_fails_its_case(tmp_path, standin, capsys):
+    """sys.exit(0) in the target's build, in the replay's own process: the
+    case fails (exit 1), naming the SystemExit, and the replay goes on to
+    print its verdict. (Before: the process ended with status 0.)"""
+    status = cli.main(["replay", str(failure_file(tmp_path)), "--device", "cpu", "--target",
+                       f"{STANDIN_MODULE}:sys_exits_0"])
+    out = capsys.readouterr().out
+    assert status == EXIT_FAILED, out
+    assert "result:   STILL FAILS" in out and "raised SystemExit(0) (sys.exit)" in out
+
+
+def test_a_replays_own_child_option_needs_its_parent(tmp_path, capsys):
+    """--in-process is how a replay runs its own child, whose parent holds
+    its verdict: alone it would let a target's exit be the command's, so it
+    is refused."""
+    status = cli.main(["replay", str(good_file(tmp_path)), "--device", "cpu", "--in-process"])
+    assert status == EXIT_USAGE
+    assert "--in-process is the option of a replay's own child" in capsys.readouterr().err
+
+
+def test_a_replay_in_a_terminal_keeps_it_for_the_target_and_ctrl_c(tmp_path, standin):
+    """``c128a replay`` in the foreground of a terminal: the process running
+    the case has the terminal (a target, or a debugger in it, reads from
+    it), and Ctrl-C there reaches it once: one line and exit 130."""
+    import pty
+
+    path = failure_file(tmp_path)
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: a shell's foreground job on the new terminal
+        try:
+            os.execve(sys.executable, [sys.executable, "-m", "c128a.cli", "replay", str(path),
+                      "--device", "cpu", "--target", f"{STANDIN_MODULE}:reads_the_terminal"],
+                      child_environment(PACKAGE_ROOT, standin))
+        finally:
+            os._exit(127)
+    output, done = b"", 0
+    try:
+        deadline = time.monotonic() + 120
+        while b"inputs:" not in output and time.monotonic() < deadline:
+            output += _read_some(terminal)
+        assert b"inputs:" in output, output.decode(errors="replace")
+        time.sleep(1.0)  # the target reads the terminal now, or is stopped for trying
+        os.write(terminal, b"\x03")
+        while not done and time.monotonic() < deadline:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            output += _read_some(terminal)
+        assert done, f"the replay did not end: {output.decode(errors='replace')}"
+    finally:
+        if not done:
+            os.killpg(pid, signal.SIGKILL)  # the child leads the terminal's session
+            os.waitpid(pid, 0)
+        output += _read_some(terminal)
+        os.close(terminal)
+    text = output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(wait_status) == 130, text
+    assert "c128a replay: interrupted by SIGINT; no further file runs" in text, text
+    assert "Traceback" not in text and "without a verdict" not in text, text
+
+
+def _read_some(terminal: int) -> bytes:
+    readable, _, _ = select.select([terminal], [], [], 0.2)
+    if not readable:
+        return b""
+    try:
+        return os.read(terminal, 1 << 16)
+    except OSError:  # the terminal's other end is closed
+        return b""

@@ -11,7 +11,12 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from c128a.conformance.requirements import missing_requirement, needs
+from c128a.conformance.requirements import (
+    MissingRequirement,
+    missing_requirement_of,
+    needs,
+    skip_for_want_of,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
 
@@ -59,11 +64,17 @@ def run_checks(pytester, runpytest_on_the_cpu):
     return run
 
 
-def test_only_a_missing_device_or_tool_excuses_a_skip():
-    assert missing_requirement(needs("CUDA", "no GPU here")) == "CUDA"
-    assert missing_requirement(needs("compute-sanitizer", "not found")) == "compute-sanitizer"
-    assert missing_requirement("target t names no jit_functions") is None
-    assert missing_requirement("needs a consumer: gone") is None
+def test_only_the_suite_s_own_skip_for_a_missing_device_or_tool_excuses_a_check():
+    for requirement, detail in (("CUDA", "no GPU here"), ("compute-sanitizer", "not found")):
+        with pytest.raises(MissingRequirement) as skipped:
+            skip_for_want_of(requirement, detail)
+        assert missing_requirement_of(skipped) == requirement
+        assert skipped.value.msg == needs(requirement, detail) == f"needs {requirement}: {detail}"
+    # The same words from anyone else (a target's own skip) excuse nothing.
+    with pytest.raises(pytest.skip.Exception) as worded:
+        pytest.skip(needs("CUDA", "the target says so"))
+    assert missing_requirement_of(worded) is None
+    assert missing_requirement_of(None) is None
     with pytest.raises(ValueError, match="requirement='a consumer' is not a device or tool"):
         needs("a consumer", "the release lacks it")
 
@@ -87,8 +98,8 @@ def test_a_check_that_did_not_run_fails_the_run(pytester, run_checks):
         "tool; a check that did not run is not a pass:",
         "  test_checks.py::test_cannot_run_on_this_target (compile_keys): target t launches "
         "nothing through a keyed launcher",
-        "Make them run, deselect them (-k, -m), or allow it with --c128a-allow-not-run "
-        "($C128A_ALLOW_NOT_RUN=1).",
+        "Make them run, deselect them (-k, -m), accept one in a known-failures file ('not run: "
+        "NAME: reason'), or allow them all with --c128a-allow-not-run ($C128A_ALLOW_NOT_RUN=1).",
         "FAILED c128a::not_run - 1 check(s) of the target did not run*",
     ])
     outcomes = result.parseoutcomes()
@@ -145,17 +156,148 @@ def test_the_verdict_is_the_same_under_xdist(run_checks):
 
 
 @pytest.mark.slow
-def test_a_conformance_check_the_target_cannot_run_is_not_run(pytester):
-    """The real module: the reference target has no keyed launchers, so the
-    serving loop's compile keys cannot be checked on it."""
+def test_a_conformance_check_the_target_cannot_have_is_not_applicable(pytester):
+    """The real module: the reference target declares no keyed launcher, so
+    the serving loop's compile keys are not a check of it: listed as not
+    applicable, not a check that did not run (which failed this run before)."""
     result = pytester.runpytest_subprocess(
         "--pyargs", "c128a.conformance.test_consumers", "--c128a-device=cpu",
-        "--c128a-target=reference", "-k", "compile_keys_over", "-p", "no:randomly",
+        "--c128a-target=reference", "-p", "no:randomly",
     )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 4 checks ran: 4 passed, 0 failed, 0 expected failures; 0 not run; "
+        "1 not applicable",
+        "  not applicable (the target declares no keyed launcher (launchers): it has no "
+        "compile keys): compile_keys (1 test)",
+        "*4 passed, 1 deselected*",
+    ])
+
+
+# ---------------------------------------------------------------- who may excuse a check
+
+
+WORDED_AS_A_MISSING_DEVICE = """
+import pytest
+
+@pytest.mark.conformance("views")
+def test_passes():
+    pass
+
+@pytest.mark.conformance("padding")
+def test_skips_in_the_words_of_a_missing_device():
+    pytest.skip("needs CUDA: said by the target, not found missing by the suite")
+"""
+
+
+def test_a_skip_worded_as_a_missing_device_excuses_nothing(pytester, runpytest_on_the_cpu):
+    # Before: any reason starting "needs CUDA: " was taken for a missing device: green.
+    pytester.makepyfile(test_worded=WORDED_AS_A_MISSING_DEVICE)
+    result = runpytest_on_the_cpu("--c128a-target=reference", "-p", "no:randomly",
+                                  "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "c128a conformance: 0 checks ran: 0 passed, 0 failed, 0 expected failures; 1 not run "
+        "c128a conformance: 1 checks ran: 1 passed, 0 failed, 0 expected failures; 1 not run "
         "(other reasons: 1)",
-        "  not run: test_consumers.py::test_compile_keys_over_the_serving_loop (compile_keys): "
-        "target reference launches nothing through a keyed launcher*",
+        "  not run: test_worded.py::test_skips_in_the_words_of_a_missing_device (padding): "
+        "needs CUDA: said by the target, not found missing by the suite",
+        "FAILED c128a::not_run - 1 check(s) of the target did not run*",
     ])
+
+
+# ---------------------------------------------------------------- not applicable, nothing checked
+
+
+NOT_APPLICABLE = """
+import pytest
+
+def _declares_launchers(target):
+    return bool(getattr(target, "launchers", ()))
+
+@pytest.mark.conformance("views")
+def test_passes():
+    pass
+
+@pytest.mark.conformance("compile_keys")
+@pytest.mark.applies_to.with_args(_declares_launchers, why="it declares no keyed launcher")
+@pytest.mark.parametrize("step", [1, 2])
+def test_keyed(step):
+    raise AssertionError("never collected for a target without keyed launchers")
+"""
+
+
+def test_a_check_the_target_cannot_have_is_listed_not_applicable(pytester, runpytest_on_the_cpu):
+    """Not applicable: deselected, named in the summary, and not a failure
+    (under xdist: test_a_check_whose_worker_crashed_did_not_pass)."""
+    pytester.makepyfile(test_applicable=NOT_APPLICABLE)
+    result = runpytest_on_the_cpu("--c128a-target=reference", "-p", "no:randomly",
+                                  "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 1 checks ran: 1 passed, 0 failed, 0 expected failures; 0 not run; "
+        "2 not applicable",
+        "  not applicable (it declares no keyed launcher): compile_keys (2 tests)",
+    ])
+
+
+def test_a_run_whose_checks_all_did_not_run_checked_nothing(run_checks):
+    # Before: one check skipped for want of CUDA, nothing else: green.
+    result = run_checks("-k", "cuda")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "no check of the target ran: the 1 selected did not run (CUDA: 1); a run that checked "
+        "nothing is not a pass.*",
+        "c128a conformance: 0 checks ran: 0 passed, 0 failed, 0 expected failures; 1 not run "
+        "(CUDA: 1)",
+        "FAILED c128a::nothing_checked - no check of the target ran*",
+    ])
+
+
+# ---------------------------------------------------------------- a crashed xdist worker
+
+
+CRASHING = """
+import os
+import signal
+
+import pytest
+
+@pytest.mark.conformance("views")
+def test_passes():
+    pass
+
+@pytest.mark.conformance("padding")
+def test_kills_its_process():
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_a_check_whose_worker_crashed_did_not_pass(pytester):
+    # Before: its set-up had passed, its call never reported: counted passed.
+    # Beside it, checks that do not apply: the controller, which collects
+    # nothing, lists them from its workers.
+    pytester.makepyfile(test_crashing=CRASHING, test_applicable=NOT_APPLICABLE)
+    result = pytester.runpytest_subprocess("--c128a-device=cpu", "--c128a-target=reference",
+                                           "-p", "no:randomly", "-p", "no:cacheprovider",
+                                           "-n", "1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "c128a conformance: 3 checks ran: 2 passed, 1 failed, 0 expected failures; 0 not run; "
+        "2 not applicable",
+        "  not applicable (it declares no keyed launcher): compile_keys (2 tests)",
+        "  crashed: test_crashing.py::test_kills_its_process (padding): the worker running it "
+        "died; it did not pass",
+    ])
+
+
+def test_a_check_whose_call_never_reported_did_not_run():
+    from c128a.plugin.verdicts import NEVER_REPORTED, NOT_RUN, Tally
+
+    tally = Tally()
+    setup = pytest.TestReport("m.py::t", ("m.py", 0, "t"), {}, "passed", None, "setup")
+    tally.add(setup.nodeid, "views", setup)
+    tally.close()
+    [outcome] = tally.outcomes.values()
+    assert (outcome.verdict, outcome.reason) == (NOT_RUN, NEVER_REPORTED)
+    assert tally.unexcused() == [outcome]

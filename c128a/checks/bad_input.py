@@ -13,6 +13,7 @@ from ..contract import BuildArgs
 from ..contract.call import BUFFER_ARGUMENTS
 from ..failures import InvariantViolation
 from ..step import Batch, Buffers
+from ..step.inputs import check_inputs_unchanged
 from ..targets import is_project_target
 from .diff import all_equal, first_difference, setting
 
@@ -289,7 +290,7 @@ def applicable_bad_inputs(target) -> tuple[BadInput, ...]:
 
 def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
     """Invariant: each bad variant of ``batch``'s arguments raises a ValueError
-    that names the argument, and leaves every buffer as it was."""
+    that names the argument, and leaves every buffer and input as it was."""
     cases = applicable_bad_inputs(target) if cases is None else cases
     cases = [case for case in cases if case.applies(batch)]
     if not cases:
@@ -300,10 +301,13 @@ def check_rejects_bad_input(target, batch: Batch, device, cases=None) -> None:
     # compared, to name the first that writes.
     buffers = Buffers.for_batch(batch, device)
     snapshot = buffers.clone()
-    arguments = batch.build_args(batch.tensors(device), buffers)
+    tensors = batch.tensors(device)
+    arguments = batch.build_args(tensors, buffers)
     pairs = _run_cases(target, batch, cases, arguments, buffers, snapshot)
     unchanged = all_equal(pairs)
     if all(unchanged):
+        # Nor any input: a refused call writes nothing (inputs_unchanged's diff).
+        check_inputs_unchanged(tensors.memory, "after every bad-input case was refused")
         return
     buffer, before = next(pair for pair, same in zip(pairs, unchanged) if not same)
     index = first_difference(buffer, before)  # as it was after the last case

@@ -7,6 +7,14 @@ the keys that launcher's own warm-up compiles for the engine's
 configuration (max_model_len, the 256-token KV page, compress ratios 4 and
 128). A launch outside them compiles during inference (vllm#48809). On the
 CPU nothing is compiled or run: the launches are worked out, not made.
+
+A target that declares keyed launchers must launch through them: a step
+with tokens whose build launches through none of the builder's declared
+launchers (a wrapper that calls the kernel directly, a fallback to torch on
+this device), or whose consumers launch through none of theirs, compared
+no key, and fails (it is not a pass, and not "not applicable": the target
+claims the capability). A target that declares none does not have this
+check (:data:`NOT_KEYED`).
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from .diff import setting
 NAME = "compile_keys"
 KEYS_MODULE = "c128a.kernels.launch_keys"
 PAGE_TOKENS = 256
+NOT_KEYED = "the target declares no keyed launcher (launchers): it has no compile keys"
+"""Why the check does not apply to a target without keyed launchers."""
 
 
 def _keys():
@@ -88,6 +98,37 @@ def step_launches(target, batch: Batch, device) -> list[tuple[str, object, objec
     return launches
 
 
+def _names(launchers) -> str:
+    return ", ".join(sorted({type(launcher).__name__ for launcher in launchers}))
+
+
+def unexercised_launchers(target, batch: Batch, launches) -> str | None:
+    """Why ``launches`` (of a step with tokens) compared no key of a party
+    that declares keyed launchers: the builder launched through none of its
+    own, or the consumers through none of theirs (None: each did). A step
+    without tokens may launch nothing."""
+    if batch.num_tokens == 0:
+        return None
+    declared = tuple(getattr(target, "launchers", ()))
+    if declared and not any(any(launcher is d for d in declared)
+                            for who, launcher, _ in launches
+                            if who == "build_c128a_topk_metadata"):
+        return (f"the target declares keyed launcher(s) {_names(declared)} for its build, but "
+                f"building this step (T={batch.num_tokens}) launched through none of them, so "
+                "no compile key of it was compared: its launches are hidden from the check (a "
+                "builder that calls its kernel directly, or falls back to another path on this "
+                "device); launch through the declared launcher, or declare none")
+    consumer_launchers = tuple(l for c in consumers_of(target) for l in c.launchers)
+    if consumer_launchers and not any(any(launcher is d for d in consumer_launchers)
+                                      for who, launcher, _ in launches
+                                      if who.startswith("consumer ")):
+        return (f"the target's consumers declare keyed launcher(s) {_names(consumer_launchers)}, "
+                f"but feeding them this step (T={batch.num_tokens}) launched through none of "
+                "them, so no compile key of theirs was compared; launch through the declared "
+                "launchers, or declare none")
+    return None
+
+
 def describe_miss(who: str, key, warmed_keys: list) -> str:
     """The parameters in which ``key`` differs from its nearest warmed key:
     each with the values the warm-up compiles for it, or, where it compiles
@@ -125,7 +166,12 @@ def check_compile_keys(target, batch: Batch, device, step: str = "") -> None:
             f"the step has compress_ratio={batch.compress_ratio}: draw engine steps"
         )
     batch = engine_step(target, batch)
-    for who, launcher, key in step_launches(target, batch, device):
+    launches = step_launches(target, batch, device)
+    unexercised = unexercised_launchers(target, batch, launches)
+    if unexercised is not None:
+        where = f"; step: {step}" if step else ""
+        raise InvariantViolation(NAME, f"{unexercised}; {setting(batch, batch.width)}{where}")
+    for who, launcher, key in launches:
         compiled = warmed(launcher, batch.max_model_len)
         if key not in compiled:
             where = f"; step: {step}" if step else ""

@@ -93,7 +93,8 @@ def check_consumers(target, batch: Batch, device) -> None:
     views at W (every row)."""
     adaptive = build(target, batch, device)
     adaptive_equals_full = batch.width >= batch.max_seq_len // batch.compress_ratio
-    full = build(target, batch, device, width=batch.capacity) if adaptive_equals_full else None
+    full = (build(target, batch, device, width=batch.widest_width) if adaptive_equals_full
+            else None)
     expected = oracle_build(batch, "cpu", padding_rows=getattr(target, "padding_rows", SLOTS))
     for consumer in consumers_of(target):
         from_adaptive = published(consumer, adaptive)
@@ -151,7 +152,7 @@ def check_consumers_replayed(target, batch: Batch, device) -> None:
     decode-only steps). A consumer that trusts the -1 past the lengths
     reads those stale slot ids."""
     buffers = Buffers.for_batch(batch, device)
-    capture = build(target, batch, device, width=batch.capacity, buffers=buffers)
+    capture = build(target, batch, device, width=batch.widest_width, buffers=buffers)
     inputs = ConsumerInputs.from_build(capture)
     replays = [(consumer, _capture(consumer, inputs)) for consumer in consumers_of(target)
                if consumer.name in REPLAYED]

@@ -20,7 +20,7 @@ def check_adaptive_equals_full(target, batch: Batch, device) -> None:
     builder's precondition); both equal the oracle."""
     name = "adaptive_equals_full"
     adaptive = build(target, batch, device)
-    full = build(target, batch, device, width=batch.capacity)
+    full = build(target, batch, device, width=batch.widest_width)
     adaptive, full = results_on_host(adaptive, full)
     d, t, width = batch.num_decode_tokens, batch.num_tokens, batch.width
     if width < batch.max_seq_len // batch.compress_ratio:

@@ -89,14 +89,27 @@ def shaped_earlier_step(batch: Batch, prior: PriorStep | None = None) -> Batch:
 def earlier_buffers(buffers: Buffers, prior: PriorStep | None) -> Buffers:
     """Where the earlier step's buffers sat in ``buffers``' memory: the decode
     and prefill buffers the other way round where ``prior.swapped``, each
-    from row ``prior.row_offset``; ``buffers`` themselves without a prior."""
-    if prior is None or (not prior.swapped and not prior.row_offset):
+    from row ``prior.row_offset``, and with ``prior.columns`` each 2-D
+    buffer viewed from that same first address as dense rows of that many
+    columns (another capacity and row stride at the address: as many rows
+    as the buffer's memory holds); ``buffers`` themselves without a prior."""
+    if prior is None or (not prior.swapped and not prior.row_offset and not prior.columns):
         return buffers
     decode, lens, prefill = buffers.as_tuple()
     if prior.swapped:
         decode, prefill = prefill, decode
     start = prior.row_offset
-    return Buffers(decode[start:], lens[start:], prefill[start:])
+    decode, lens, prefill = decode[start:], lens[start:], prefill[start:]
+    if prior.columns:
+        decode, prefill = (reshaped(buffer, prior.columns) for buffer in (decode, prefill))
+    return Buffers(decode, lens, prefill)
+
+
+def reshaped(buffer, columns: int):
+    """``buffer``'s memory from its first element as dense rows of ``columns``
+    columns: as many rows as fit before the end of its last row."""
+    extent = (buffer.shape[0] - 1) * buffer.stride(0) + buffer.shape[1] if buffer.shape[0] else 0
+    return buffer.as_strided((extent // columns, columns), (columns, 1))
 
 
 def describe(prior: PriorStep | None) -> str:
@@ -108,6 +121,9 @@ def describe(prior: PriorStep | None) -> str:
         placed.append("its decode and prefill buffers swapped")
     if prior.row_offset:
         placed.append(f"from row {prior.row_offset}")
+    if prior.columns:
+        placed.append(f"its buffers {prior.columns} columns wide (row stride {prior.columns}) "
+                      "at the same addresses")
     return (
         f"num_decode_tokens={prior.num_decode_tokens}, "
         f"num_prefill_tokens={prior.num_prefill_tokens}, R={prior.compress_ratio}, "

@@ -18,6 +18,8 @@ that model length.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -27,6 +29,7 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from ..contract import target_reachable_widths, target_width
 from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
@@ -61,7 +64,7 @@ from .one_build import (
 from .prior_content import check_history_independent
 from .width_policy import check_width_policy
 
-__all__ = ["PROPERTIES", "Property"]
+__all__ = ["PROPERTIES", "Property", "as_called"]
 
 Check = Callable[[object, Batch, torch.device], None]
 Around = Callable[[Batch, Callable[[], None]], None]
@@ -117,6 +120,10 @@ class Property:
         check = self.check
         strategy = self.strategy(target, max_tokens, budget or size_budget(device))
         reach = self.reach
+        if not getattr(target, "uses_project_policy", True):
+            # Steps as the target's engine calls it (the test's own source,
+            # and so its derandomized seed, stays the same for every target).
+            strategy = strategy.map(functools.partial(as_called, target))
 
         def run_property(batch: Batch) -> None:
             observe(batch, reach)
@@ -129,14 +136,38 @@ class Property:
         add_digest(run_property, f"c128a:{self.name}")
         test = given(batch=strategy)(run_property)
         for batch in reversed(self.examples if examples else ()):
-            test = example(batch=batch)(test)
+            test = example(batch=as_called(target, batch))(test)
         if seed is not None:
             test = use_seed(seed)(test)  # before settings: @seed alone drops the database
         return settings(test) if settings is not None else test
 
     def replay(self, target, batch: Batch, device) -> None:
-        """Run the check once on a saved ``batch``, without Hypothesis."""
-        self.check(target, batch, device)
+        """Run the check once on a saved ``batch``, without Hypothesis, at
+        the widths ``target``'s engine calls it at (:func:`as_called`)."""
+        self.check(target, as_called(target, batch), device)
+
+
+def as_called(target, batch: Batch) -> Batch:
+    """``batch`` as ``target``'s engine would call it. Unchanged for a target
+    held to the project's policy; for one bringing its own (a fixed-width
+    builder's is W = C), a width its policy never returns for this
+    capacity becomes the one it returns for the step, and so does an
+    earlier step's, and a fixed-width builder's prefill buffer is as wide as
+    its decode buffer. The explicit examples and saved cases, written at the
+    project's widths, are checked so, and so are drawn steps (whose widths
+    already are the policy's, where a strategy draws them)."""
+    if getattr(target, "uses_project_policy", True):
+        return batch
+    reachable = target_reachable_widths(target, batch.capacity, batch.compress_ratio)
+    changes = {}
+    if batch.width not in reachable:
+        changes["width"] = target_width(target, batch.max_seq_len, batch.compress_ratio,
+                                        batch.capacity)
+    if batch.prior_width and batch.prior_width not in reachable:
+        changes["prior_width"] = 0  # the widest the buffers allow
+    if getattr(target, "fixed_width", False) and batch.prefill_extra_columns:
+        changes["prefill_extra_columns"] = 0
+    return dataclasses.replace(batch, **changes) if changes else batch
 
 
 def observe(batch: Batch, reach: Exclusions = ONE_BUILD) -> None:
@@ -226,14 +257,15 @@ def history_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]
 def consumer_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Engine steps of up to 32 tokens (consumers are launched per token,
     some over a grid of 256 workers a request: no engine-scale steps under
-    the interpreter), the width the policy's or any other."""
-    return batches(target, **_token_budget(max_tokens, None))
+    the interpreter, none past the engine's caps), the width the policy's
+    or any other."""
+    return batches(target, beyond_caps=False, **_token_budget(max_tokens, None))
 
 
 def decode_only_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Decode-only steps (what an engine replays through its FULL CUDA
     graphs), as :func:`consumer_steps` otherwise."""
-    return batches(target, min_decode_requests=1, max_prefill_requests=0,
+    return batches(target, min_decode_requests=1, max_prefill_requests=0, beyond_caps=False,
                    **_token_budget(max_tokens, None))
 
 

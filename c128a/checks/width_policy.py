@@ -79,7 +79,8 @@ def check_width_policy(
     log2(C / 128) + 2 values, and is the contract's formula; C is the
     contract's capacity, a multiple of 128; a capture step slightly past
     max_model_len either gets such a W or the policy's ValueError; a policy
-    with a ``batch_invariant`` keyword returns W = C when it is True."""
+    with a ``batch_invariant`` keyword returns W = C when it is True. For a
+    target declaring a fixed width the formula is W = C."""
     name = "width_policy"
     with phases.phase("target"):
         capacity = call_target(name, "capacity_width", target.capacity_width, max_model_len,
@@ -117,6 +118,9 @@ def check_width_policy(
             return f"W={width} < max_seq_len // R = {max_seq_len // compress_ratio}: lists are cut"
         if width > capacity:
             return f"W={width} > capacity={capacity}"
+        if width != expected and fixed:
+            return (f"W={width}, but the target declares a fixed width "
+                    f"({target.fixed_width_origin}): W = C = {expected}")
         if width != expected:
             return (
                 f"W={width}, but min(max(next_power_of_2(max(max_seq_len // R, 1)), 128), C) "
@@ -129,7 +133,10 @@ def check_width_policy(
     # The sweep has thousands of samples: where every W is the contract's
     # (a plain int equal to the formula, which has every other property
     # below), the first problem need not be looked for one sample at a time.
-    expected = _contract_widths(samples, compress_ratio, capacity)
+    # A fixed-width builder's engine calls it at W = C only.
+    fixed = bool(getattr(target, "fixed_width", False))
+    expected = ([capacity] * len(samples) if fixed
+                else _contract_widths(samples, compress_ratio, capacity))
     if {type(width) for width in widths} <= {int} and widths == expected:
         samples, seen = (), set(widths)
     else:
@@ -166,7 +173,7 @@ def check_width_policy(
                 f"capture edge max_seq_len={max_seq_len}: raised {type(exc).__name__}: "
                 f"{exc} instead of a width or a ValueError; {where}",
             ) from exc
-        want = contract_width(max_seq_len, compress_ratio, capacity)
+        want = capacity if fixed else contract_width(max_seq_len, compress_ratio, capacity)
         problem = width_ok(max_seq_len, width, want)
         if problem:
             raise InvariantViolation(

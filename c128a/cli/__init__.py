@@ -18,6 +18,7 @@ import sys
 import threading
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
+from . import watched
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -30,6 +31,8 @@ SUBCOMMANDS = {
     "reach": "draw each property's steps; list the input-space buckets none reached",
     "bench": "benchmark the kernel against the baseline (GPU), or a property's throughput",
     "sanitize": "build steps under compute-sanitizer memcheck and initcheck (GPU)",
+    "bisect": "find the first commit of a vLLM checkout at which a check fails",
+    "history": "check a vLLM checkout's revisions; one table row per revision",
 }
 
 
@@ -55,6 +58,16 @@ def _raise_startup_signal(signum: int, frame=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command: ``argv`` (None: this process's own arguments). Run as
+    the process's command, a replay runs in a forked process whose verdict
+    this one holds (:mod:`c128a.cli.watched`): a target that ends the
+    process it runs in never ends the command with a status of its choosing."""
+    if argv is None and watched.watches(sys.argv[1:]):
+        return watched.run_watched(lambda: run_command(None), f"c128a {sys.argv[1]}")
+    return run_command(argv)
+
+
+def run_command(argv: list[str] | None) -> int:
     # SIGTERM or SIGHUP while the subcommands import torch (seconds): one
     # line, as for Ctrl-C, not a silent death by the signal.
     previous = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import fields
 
 from .. import options
@@ -23,7 +24,8 @@ from ..options import (
 from ..runners.fuzz import FuzzOptions, load_config_file, resolve, run_fuzz
 from ..runners.fuzz.config import CONFIG_TABLE, check_paths, cli_name
 from ..runners.fuzz.signals import RunInterrupted, RunSignals
-from .common import add_target_arguments, choose_device, load
+from ..targets import resolve_spec
+from .common import add_target_arguments, choose_device, padding_rows_override
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +105,8 @@ def option_names(args: argparse.Namespace, keys: dict[str, str]):
 
 
 def run(args: argparse.Namespace) -> int:
+    # The run's deadline counts from here: --minutes bounds the command.
+    started = time.monotonic()
     # SIGINT, SIGTERM and SIGHUP are handled from here to the run's end: one
     # during start-up (the target's import takes seconds) is one line.
     with RunSignals() as signals:
@@ -111,12 +115,15 @@ def run(args: argparse.Namespace) -> int:
             options = options_from_args(args, keys)
             name_of = option_names(args, keys)
             device = choose_device(options.device)
-            target, _ = load(options.target, option=name_of("target"),
-                             padding_rows=options.padding_rows)
-            config = resolve(options, target=target.spec, device=device,
-                             padding_rows=target.padding_rows, name_of=name_of)
+            # The target is loaded by run_fuzz, in a child process (a target
+            # that ends its process at import must not end this one).
+            spec, origin = resolve_spec(options.target, name_of("target"))
+            variant, _ = padding_rows_override(options.padding_rows)
+            config = resolve(options, target=spec, device=device, padding_rows=variant,
+                             name_of=name_of)
             check_paths(config, name_of)  # run_fuzz checks them again, naming the CLI's options
-            return int(run_fuzz(config, signals=signals)["exit_status"])
+            report = run_fuzz(config, signals=signals, started=started, target_origin=origin)
+            return int(report["exit_status"])
         except RunInterrupted as stop:
             signals.only_note()
             print(f"c128a fuzz: interrupted by {stop.name} while starting, before any worker "

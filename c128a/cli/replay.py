@@ -1,9 +1,12 @@
 """``c128a replay``: rerun saved failure cases against a target.
 
 Exit status: 0 when every case passes now, 1 when one still fails (a
-contract violation, a crash or a hang), 2 when a file is malformed or a case
-cannot be replayed here, 130/143 after SIGINT/SIGTERM. Every file runs,
-whatever the ones before it did.
+contract violation, a crash or a hang, or a process that ended without its
+verdict while a case ran), 2 when a file is malformed or a case cannot be
+replayed here, 130/143 after SIGINT/SIGTERM. Every file runs, whatever the
+ones before it did. No process that runs a target's code decides the exit
+status: each tells its parent its verdict, and one that ends without it
+(``os._exit(0)`` in the target) has failed (:mod:`c128a.cli.watched`).
 Crash and hang cases run in a child process with a time limit, so that a
 target that crashes or hangs again cannot take the replay down with it; so
 does every case when the command line holds more than one, so that a
@@ -26,10 +29,10 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError
+from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
 from .. import options
 from ..options import DEFAULT_PROPERTIES, add_to_argparse
 from ..runners.cases import (
@@ -37,6 +40,7 @@ from ..runners.cases import (
     PASSES,
     SERVING_LOOP,
     Case,
+    Outcome,
     describe_batch,
     load_case,
     replay_case,
@@ -44,6 +48,7 @@ from ..runners.cases import (
 )
 from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_mapping, import_object
 from ..targets.specs import DECLARED
+from . import watched
 from .common import add_target_arguments, choose_device, load, padding_rows_override
 
 ISOLATED_KINDS = ("crash", "hang")
@@ -54,8 +59,6 @@ STARTUP_LIMIT_S = 600.0
 """How long a replay's child may take to start its case (the interpreter,
 torch, the target's import) before it is killed: ``--timeout`` counts from
 the case's start, so that a slow start-up never reads as a hang."""
-STARTED = b"started\n"
-"""What a replay's child writes to ``--started-fd`` as it starts the case."""
 STOP_GRACE_S = 5.0
 """After a SIGINT or SIGTERM passed on to a child's process group: how long
 it may take to end before the group is killed."""
@@ -71,9 +74,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="seconds a crash or hang case may run in its child process, "
                         "counted from when the child starts the case (its start-up may take "
                         f"up to {STARTUP_LIMIT_S:g} s more; default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
-    # A replay's child: where to say it starts the case (the parent's clock starts then).
-    parser.add_argument("--started-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(watched.CHILD_OPTION, dest="in_process", action="store_true",
+                        help=argparse.SUPPRESS)
+    # A replay's child: the pipe where it tells its parent what it does and
+    # its verdict (the parent's clock starts when it starts the case).
+    parser.add_argument("--parent-fd", type=int, default=None, help=argparse.SUPPRESS)
     parser.epilog = (
         "Without --target (or $C128A_TARGET) each case runs against the target it names, "
         "if that is a built-in target or a c128a module: any other module the case names "
@@ -157,7 +162,15 @@ def run(args: argparse.Namespace) -> int:
             f"--timeout {DEFAULT_TIMEOUT_S:g}, the default"
         )
     if args.in_process:
-        return replay_files(args)
+        if args.parent_fd is None:
+            raise UsageError(
+                f"{watched.CHILD_OPTION} is the option of a replay's own child, whose parent "
+                "holds its verdict (--parent-fd); run c128a replay without it"
+            )
+        watched.attach(args.parent_fd)
+        status = replay_files(args)
+        watched.tell_parent(watched.VERDICT, status)
+        return status
     # Ctrl-C reaches this process only (a child runs in a session of its own).
     with ChildSignals() as signals:
         args.signals = signals
@@ -201,16 +214,23 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         case = load_case(file)
         spec, origin = target_spec(case, args.target)
         override, override_origin = padding_rows_override(args.padding_rows)
+    except (CaseError, UsageError) as exc:
+        print(f"error: {_naming_the_file(exc, file)}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.in_process and (case.kind in ISOLATED_KINDS
+                                or getattr(args, "isolate_every_case", False)):
+        # The target is imported in the child only: its import may end the
+        # process it runs in.
+        timeout = args.timeout if case.kind in ISOLATED_KINDS else None
+        return replay_in_child(file, case, args, device, spec, timeout)
+    watched.tell_parent(watched.LOADING, file)
+    try:
         target, _ = load(spec, origin, args.padding_rows)
         # The variant the case recorded, unless an option names one.
         target = held_to(target, replay_variant(case, override))
     except (CaseError, UsageError) as exc:
         print(f"error: {_naming_the_file(exc, file)}", file=sys.stderr)
         return EXIT_USAGE
-    if not args.in_process and (case.kind in ISOLATED_KINDS
-                                or getattr(args, "isolate_every_case", False)):
-        timeout = args.timeout if case.kind in ISOLATED_KINDS else None
-        return replay_in_child(file, case, args, device, spec, timeout)
     if override:
         variant_origin = override_origin
     else:
@@ -224,18 +244,21 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         print(f"inputs:   {describe_batch(case.batch)}")
     if case.machine_steps is not None:
         recorded = case.machine_steps
-        print(f"steps:    {len(recorded.steps)} recorded engine step(s), max_model_len="
-              f"{recorded.max_model_len}, captured at W={recorded.capture_width} when recorded")
+        captured = (f"captured at W={recorded.capture_width} when recorded"
+                    if recorded.capture_width else "its policy gave no capture width when recorded")
+        print(f"steps:    {len(recorded.steps)} recorded engine step(s)"
+              f"{'' if recorded.steps else ' (it failed at capture)'}, max_model_len="
+              f"{recorded.max_model_len}, {captured}")
     if case.outside_contract:
         print(f"note:     the inputs break the contract's preconditions: {case.outside_contract}")
     try:
         machine = (
             import_object(args.machine, "--machine") if case.property == SERVING_LOOP else None
         )
-        if args.started_fd is not None:
-            os.write(args.started_fd, STARTED)
-        outcome = replay_case(case, target, device, properties=properties,
-                              machine_factory=machine, padding_rows=override)
+        watched.tell_parent(watched.STARTED, file)
+        outcome = replay_target_code(case, target, device, properties=properties,
+                                     machine_factory=machine, padding_rows=override)
+        watched.tell_parent(watched.ENDED, file)
     except (CaseError, UsageError) as exc:
         print(f"error: {_naming_the_file(exc, file)}", file=sys.stderr)
         return EXIT_USAGE
@@ -245,6 +268,24 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
     print("result:   STILL FAILS" if outcome.verdict == FAILS else "result:   CANNOT REPLAY here")
     print("  " + outcome.report.replace("\n", "\n  ") + "\n", flush=True)
     return EXIT_FAILED if outcome.verdict == FAILS else EXIT_USAGE
+
+
+def replay_target_code(case: Case, target, device, **options) -> Outcome:
+    """:func:`~c128a.runners.cases.replay_case`, where a target that raises
+    what is not an ``Exception`` to end its run (``SystemExit`` from
+    ``sys.exit``, ``GeneratorExit``, a class of its own) still fails the case,
+    as a crash does: it never ends the replay with a status of its choosing.
+    ``KeyboardInterrupt`` and a signal to the replay stop the replay."""
+    try:
+        return replay_case(case, target, device, **options)
+    except (KeyboardInterrupt, ReplayInterrupted):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a target's way out of its run
+        how = (f"raised SystemExit({exc.code!r}) (sys.exit), which would have ended the "
+               "process" if isinstance(exc, SystemExit) else
+               f"raised {type(exc).__name__}, which is not an Exception")
+        return Outcome(FAILS, f"the target {how} instead of returning its views or raising an "
+                       f"Exception: {failure_text(exc)}")
 
 
 def _naming_the_file(exc: Exception, file: str) -> str:
@@ -278,18 +319,18 @@ def replay_in_child(file: str, case: Case, args: argparse.Namespace, device: str
               f"start the case within {STARTUP_LIMIT_S:g} s (the interpreter, the imports, the "
               "target's load) and was killed with its process group\n")
         return EXIT_USAGE
-    if ended.returncode < 0:
-        try:
-            name = signal.Signals(-ended.returncode).name
-        except ValueError:  # a signal without a name (SIGRTMIN + n)
-            name = f"signal {-ended.returncode}"
-        print(f"case:     {file}\nresult:   STILL CRASHES: its child process died of {name}\n")
-        return EXIT_FAILED
-    if ended.returncode not in (EXIT_OK, EXIT_FAILED, EXIT_USAGE):
-        print(f"case:     {file}\nresult:   STILL CRASHES: its child process exited "
-              f"{ended.returncode}\n")
-        return EXIT_FAILED
-    return ended.returncode
+    judged = watched.judge(ended.returncode, ended.marks, failed=EXIT_FAILED,
+                           unreplayable=EXIT_USAGE, process="its child process")
+    if judged.line is None:  # its verdict, told
+        return judged.status
+    if judged.status == EXIT_USAGE:
+        result = f"CANNOT REPLAY here: {judged.line}"
+    elif ended.returncode < 0 and ended.marks.verdict is None:
+        result = f"STILL CRASHES: its child process {watched.status_name(ended.returncode)}"
+    else:
+        result = f"STILL CRASHES: {judged.line}"
+    print(f"case:     {file}\nresult:   {result}\n")
+    return judged.status
 
 
 @dataclass
@@ -297,34 +338,37 @@ class ChildEnd:
     returncode: int
     killed_for: str | None = None  # "case": past the timeout; "start-up": past STARTUP_LIMIT_S
     interrupted: int | None = None  # the signal passed on to the child's group
+    marks: watched.Marks = field(default_factory=watched.Marks)  # what the child told
 
 
 def run_child(command: list[str], timeout: float | None,
               signals: ChildSignals | None = None) -> ChildEnd:
     """Run a replay's child in a session of its own and wait for it: its
-    ``timeout`` counts from when it writes :data:`STARTED` to the pipe named
-    by ``--started-fd``, its start-up may take :data:`STARTUP_LIMIT_S`. Past
+    ``timeout`` counts from when it tells, on the pipe named by
+    ``--parent-fd``, that it started the case (:mod:`c128a.cli.watched`'s
+    marks, its verdict among them, come back in :attr:`ChildEnd.marks`); its
+    start-up may take :data:`STARTUP_LIMIT_S`. Past
     either, or ``STOP_GRACE_S`` after a signal passed on to it, its whole
     process group is killed, and so is whatever of the group outlives it:
     nothing of a replay's child survives the replay."""
     sys.stdout.flush()
     sys.stderr.flush()
-    started_read, started_write = os.pipe()
+    marks_read, marks_write = os.pipe()
     if signals is not None:
         signals.starting = True  # a signal now is passed on once the child runs
     try:
         child = subprocess.Popen(
-            [*command, "--started-fd", str(started_write)], pass_fds=(started_write,),
+            [*command, "--parent-fd", str(marks_write)], pass_fds=(marks_write,),
             stdout=_child_stream(sys.stdout), stderr=_child_stream(sys.stderr),
             env=_child_environment(), start_new_session=True,
         )
     except BaseException:
-        os.close(started_read)
+        os.close(marks_read)
         if signals is not None:
             signals.starting = False
         raise
     finally:
-        os.close(started_write)
+        os.close(marks_write)
     if signals is not None:
         signals.group, signals.starting = child.pid, False
         if signals.received is not None:
@@ -343,10 +387,12 @@ def run_child(command: list[str], timeout: float | None,
                 if now > stop_deadline:
                     _signal_group(child.pid, signal.SIGKILL)
             if started_at is None:
-                readable, _, _ = select.select([started_read], [], [], POLL_S)
+                readable, _, _ = select.select([marks_read], [], [], POLL_S)
                 if readable:
-                    os.read(started_read, len(STARTED))  # the mark, or the end of the pipe
-                    started_at = time.monotonic()
+                    data = os.read(marks_read, 1 << 16)
+                    ended.marks.feed(data)
+                    if ended.marks.started or not data:  # the case, or the end of the pipe
+                        started_at = time.monotonic()
                 elif now > startup_deadline and ended.killed_for is None:
                     ended.killed_for = "start-up"
                     _signal_group(child.pid, signal.SIGKILL)
@@ -363,7 +409,8 @@ def run_child(command: list[str], timeout: float | None,
         child.wait()
         if signals is not None:
             signals.group = None
-        os.close(started_read)
+        ended.marks.read_available(marks_read)
+        os.close(marks_read)
         for relay in relays:
             relay.finish()
     ended.returncode = child.returncode

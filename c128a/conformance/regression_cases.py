@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from c128a.conformance.requirements import needs
+from c128a.conformance.requirements import skip_for_want_of
 from c128a.failures import UsageError
 from c128a.runners import cases, sanitizer
 
@@ -38,12 +38,11 @@ def skip_if_missing_device_or_tool(case: cases.Case, device) -> None:
     if case.property not in sanitizer.PROPERTIES:
         return
     if device.type != "cuda":
-        pytest.skip(needs("CUDA", f"a {case.property} case replays on a GPU only "
-                                  f"(device {device})"))
+        skip_for_want_of("CUDA", f"a {case.property} case replays on a GPU only (device {device})")
     try:
         sanitizer.find_sanitizer()
     except sanitizer.SanitizerUnavailable as exc:
-        pytest.skip(needs("compute-sanitizer", str(exc)))
+        skip_for_want_of("compute-sanitizer", str(exc))
 
 
 def check_case(path: Path, target, device, padding_rows: str | None) -> None:

@@ -33,7 +33,9 @@ EXAMPLES = [
 @pytest.mark.parametrize("case", [
     # The project's own checks oblige only the project's targets.
     pytest.param(case, id=case.name,
-                 marks=[] if case.contract else [pytest.mark.applies_to.with_args(is_project_target)])
+                 marks=[] if case.contract else [pytest.mark.applies_to.with_args(
+                     is_project_target, why="a check of the project's own builders, which the "
+                     "contract does not ask of others")])
     for case in BAD_INPUTS
 ])
 def test_rejects(c128a_target, c128a_device, case):

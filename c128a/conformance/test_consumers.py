@@ -13,8 +13,7 @@ from __future__ import annotations
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
-from c128a.checks import PROPERTIES
-from c128a.checks.compile_keys import has_keyed_launchers
+from c128a.checks.compile_keys import NOT_KEYED, has_keyed_launchers
 from c128a.checks.consumers import consumers_of
 from c128a.replay import COMPILE_KEYS_SETTINGS, compile_keys_machine
 from c128a.step.consumers import CONSUMER_NAMES
@@ -32,8 +31,7 @@ def test_target_has_consumer(c128a_target, name):
 
 @pytest.mark.compile_keys
 @pytest.mark.conformance("compile_keys")
+@pytest.mark.applies_to.with_args(has_keyed_launchers, why=NOT_KEYED)
 def test_compile_keys_over_the_serving_loop(c128a_target, c128a_device):
-    if not has_keyed_launchers(c128a_target):
-        pytest.skip(PROPERTIES["compile_keys"].unsupported(c128a_target))
     run_state_machine_as_test(compile_keys_machine(c128a_target, c128a_device),
                               settings=COMPILE_KEYS_SETTINGS)

@@ -29,7 +29,8 @@ def _declares_its_warm_up(target) -> bool:
     return bool(declared_warm_up_launchers(target))
 
 
-@pytest.mark.applies_to.with_args(_declares_its_warm_up)
+@pytest.mark.applies_to.with_args(_declares_its_warm_up,
+                                  why="no launcher of the target declares a warm-up")
 def test_no_compile_after_the_engines_warm_up(c128a_target, c128a_device):
     run = run_engine_warm_up(c128a_target, c128a_device)
     # The record of a GPU run (pytest -s shows it).

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from c128a.checks import PROPERTIES, check_step
+from c128a.checks.compile_keys import NOT_KEYED, has_keyed_launchers
 from c128a.conformance.saved_failures import FailingSteps, save_failure
 from c128a.failures import ContractViolation
 from c128a.step import Buffers
@@ -25,7 +26,9 @@ from c128a.strategies import HISTORICAL_BATCHES, batches, max_model_lens
 EXTRA_MARKS = {
     "consumers": [pytest.mark.consumers],
     "consumers_replay": [pytest.mark.consumers],
-    "compile_keys": [pytest.mark.compile_keys],
+    # A target with no keyed launcher has no compile keys to check: not applicable.
+    "compile_keys": [pytest.mark.compile_keys,
+                     pytest.mark.applies_to.with_args(has_keyed_launchers, why=NOT_KEYED)],
 }
 
 

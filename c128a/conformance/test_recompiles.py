@@ -16,12 +16,18 @@ from c128a.checks.recompiles import CAPACITY, compiled_variants_around_sweep
 pytestmark = [pytest.mark.cuda, pytest.mark.slow, pytest.mark.conformance("no_recompiles")]
 
 
+def _names_jit_functions(target) -> bool:
+    return bool(target.jit_functions)
+
+
+# A target that names no JIT functions has no compiles to count: not applicable.
+@pytest.mark.applies_to.with_args(
+    _names_jit_functions,
+    why="the target names no jit_functions (the Triton functions it launches, whose "
+        "compiles are counted)")
 def test_selected_target_never_recompiles(c128a_target, c128a_device):
     """The sweep through the selected target's own builder (its validation
     and launch included), counting the JIT functions it names."""
-    if not c128a_target.jit_functions:
-        pytest.skip(f"target {c128a_target} names no jit_functions: its compiles cannot be "
-                    "counted (a target exposes the Triton functions it launches as jit_functions)")
     compiles: list = []
     warmed, after = compiled_variants_around_sweep(
         c128a_target.jit_functions, lambda args: c128a_target.build_c128a_topk_metadata(*args),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from c128a.conformance.requirements import needs
+from c128a.conformance.requirements import skip_for_want_of
 from c128a.failures import HarnessError
 from c128a.runners import sanitizer
 
@@ -32,13 +32,14 @@ def _sanitizer_missing() -> str | None:
 # side they take the time of the longest.
 @pytest.mark.slow
 @pytest.mark.cuda
-@pytest.mark.skipif(_sanitizer_missing() is not None,
-                    reason=needs("compute-sanitizer", _sanitizer_missing() or ""))
 @pytest.mark.parametrize("tool", [
     pytest.param(tool, marks=pytest.mark.conformance(sanitizer.PROPERTY_PREFIX + tool))
     for tool in sanitizer.TOOLS
 ])
 def test_target_is_clean_under_the_sanitizer(tool, c128a_target, c128a_padding_rows_override):
+    missing = _sanitizer_missing()
+    if missing is not None:
+        skip_for_want_of("compute-sanitizer", missing)
     run = sanitizer.run_sanitizer(
         tool, c128a_target.spec, padding_rows=c128a_padding_rows_override,
         examples=EXAMPLES, historical=True,

@@ -138,14 +138,14 @@ def _batch_invariant_keyword(target) -> bool:
         return False
 
 
+# A policy without a batch-invariant mode cannot have this check: not applicable.
+@pytest.mark.applies_to.with_args(
+    _batch_invariant_keyword,
+    why="the target's active_topk_width has no batch_invariant parameter: no "
+        "batch-invariant mode")
 @given(step=steps())
 @with_history
 def test_batch_invariant_mode_pins_width_to_capacity(c128a_target, step):
-    if not _batch_invariant_keyword(c128a_target):
-        pytest.skip(
-            f"target {c128a_target}'s active_topk_width has no batch_invariant parameter: "
-            "it offers no batch-invariant mode"
-        )
     model_len, seq_len = step
     capacity = c128a_target.capacity_width(model_len, R)
     chosen = c128a_target.active_topk_width(seq_len, R, capacity, batch_invariant=True)
@@ -160,7 +160,9 @@ def uses_project_width(target) -> bool:
 
 # A check of the project's policy: not of a target that brings its own.
 # (with_args: a lone function argument would be taken for the decorated test.)
-@pytest.mark.applies_to.with_args(uses_project_width)
+@pytest.mark.applies_to.with_args(
+    uses_project_width, why="the target brings its own width policy (this is a check of the "
+    "project's)")
 def test_batch_invariant_mode_follows_environment(c128a_target, monkeypatch):
     """vLLM's VLLM_BATCH_INVARIANT switches the project's policy to W = C."""
     capacity = c128a_target.capacity_width(ONE_M, R)

@@ -14,9 +14,11 @@ from .padding_rows import (
 )
 from .policy import (
     active_topk_width,
+    capacity_only,
     capacity_width,
     reachable_widths,
     target_capacity,
+    target_reachable_widths,
     target_width,
 )
 from .sizes import (
@@ -52,6 +54,7 @@ __all__ = [
     "Views",
     "active_topk_width",
     "attended_lengths",
+    "capacity_only",
     "capacity_width",
     "check_build_arguments",
     "check_padding_rows",
@@ -59,6 +62,7 @@ __all__ = [
     "padding_rows_of",
     "reachable_widths",
     "target_capacity",
+    "target_reachable_widths",
     "target_width",
     "returned_views",
     "write_metadata",

@@ -8,6 +8,7 @@ FlashMLA's decode tile; the capacity cap keeps W inside the buffers.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from ..failures import BadArgument, call_target
@@ -90,6 +91,44 @@ def reachable_widths(capacity: int) -> list[int]:
     """Every width the policy can return for this capacity, smallest first."""
     widths = {min(1 << k, capacity) for k in range(7, max(capacity.bit_length(), 8) + 1)}
     return sorted(w for w in widths if w <= capacity)
+
+
+def capacity_only(max_seq_len: int, compress_ratio: int, capacity: int) -> int:
+    """The width policy of a fixed-width builder, one its engine calls at
+    W = C only (vLLM before #50004, and after its revert #51318): C for
+    every step, refused like :func:`active_topk_width` where C cannot hold
+    ``max_seq_len // compress_ratio`` entries."""
+    active_topk_width(max_seq_len, compress_ratio, capacity, batch_invariant=True)
+    return capacity
+
+
+def target_reachable_widths(target, capacity: int, compress_ratio: int = COMPRESS_RATIO) -> list[int]:
+    """The widths ``target``'s engine calls it at for this capacity, smallest
+    first: the project's policy's (:func:`reachable_widths`) for a target
+    held to it (and for None), C alone for a fixed-width builder, else the
+    valid widths (positive multiples of 128, at most C) its own
+    ``active_topk_width`` returns over every ``max_seq_len`` up to C x R
+    (the project's where it returns none)."""
+    if target is None or getattr(target, "uses_project_policy", True):
+        return reachable_widths(capacity)
+    if getattr(target, "fixed_width", False):
+        return [capacity]
+    return list(_swept_widths(target.active_topk_width, compress_ratio, capacity))
+
+
+@functools.lru_cache(maxsize=256)
+def _swept_widths(width_of, compress_ratio: int, capacity: int) -> tuple[int, ...]:
+    widths = set()
+    for needed in range(capacity + 1):
+        # The first and last length of each needed count: where W can change.
+        for max_seq_len in {needed * compress_ratio, needed * compress_ratio + compress_ratio - 1}:
+            try:
+                width = width_of(max_seq_len, compress_ratio, capacity)
+            except Exception:  # noqa: BLE001 - a refusal; check_width_policy judges it
+                continue
+            if type(width) is int and 0 < width <= capacity and width % WIDTH_ALIGNMENT == 0:
+                widths.add(width)
+    return tuple(sorted(widths)) or tuple(reachable_widths(capacity))
 
 
 def target_capacity(target, max_model_len: int, compress_ratio: int = COMPRESS_RATIO) -> int:

@@ -64,6 +64,10 @@ WIDE_ROW_SCALARS = (
 )
 RUNTIME_SCALARS = {"row blocks": ROW_BLOCK_SCALARS, "wide rows": WIDE_ROW_SCALARS}
 """Each kernel's runtime scalars, all left out of Triton's specialisation key."""
+INPUT_POINTERS = ("positions_ptr", "token_to_req_ptr", "block_table_ptr", "slot_mapping_ptr")
+"""The inputs' pointers, left out of the key too: an engine hands slices of
+its persistent tensors, 16-byte aligned or not, and a key holding their
+alignment would compile during inference at the first unaligned one."""
 
 
 @triton.jit
@@ -155,7 +159,7 @@ def _write_tile(
         )
 
 
-@triton.jit(do_not_specialize=ROW_BLOCK_SCALARS)
+@triton.jit(do_not_specialize=ROW_BLOCK_SCALARS + INPUT_POINTERS)
 def c128a_row_blocks_kernel(
     positions_ptr,
     token_to_req_ptr,
@@ -233,7 +237,7 @@ def _write_decode_row(
     tl.store(decode_lens_ptr + token, tl.where(slot_id < 0, 0, length))
 
 
-@triton.jit(do_not_specialize=WIDE_ROW_SCALARS)
+@triton.jit(do_not_specialize=WIDE_ROW_SCALARS + INPUT_POINTERS)
 def c128a_wide_rows_kernel(
     positions_ptr,
     token_to_req_ptr,

@@ -17,7 +17,10 @@ project's own and a broken one:
   stride: every launch below W = C compiles during inference;
 - ``widest_unwarmed``: the same kernel, its warm-up one width short: it
   stops below C, so the first step at W = C compiles during inference (the
-  contract's hang at >524K context, where W = 8192 was never warmed up).
+  contract's hang at >524K context, where W = 8192 was never warmed up);
+- ``aligned_inputs_only``: the same kernel keyed on its input pointers'
+  16-byte alignment, its warm-up compiling aligned inputs only: the first
+  unaligned slice an engine hands it compiles during inference.
 
 Both compute the contract's values. Import after choosing the device.
 """
@@ -39,8 +42,13 @@ from .vllm_shims import TritonWarmupTensor, VllmTritonJitKernel, WarmupIntRange,
 BLOCK = 128
 
 
-@triton.jit(do_not_specialize=["num_decode_tokens", "compress_ratio", "block_size",
-                               "block_table_stride"])
+SCALARS = ["num_decode_tokens", "compress_ratio", "block_size", "block_table_stride"]
+INPUT_POINTERS = ["positions_ptr", "token_to_req_indices_ptr", "block_table_ptr",
+                  "slot_mapping_ptr"]
+"""Left out of the key: an engine's input slices are 16-byte aligned or not."""
+
+
+@triton.jit(do_not_specialize=SCALARS + INPUT_POINTERS)
 def keyed_build_kernel(
     global_decode_buffer_ptr,
     decode_lens_buffer_ptr,
@@ -82,6 +90,10 @@ def keyed_build_kernel(
             values = tl.where(columns < length, columns, -1)
             tl.store(prefill_buffer_ptr + row * PREFILL_STRIDE + columns, values.to(tl.int32),
                      mask=columns < WIDTH)
+
+
+keyed_build_kernel_on_alignment = triton.jit(do_not_specialize=SCALARS)(keyed_build_kernel.fn)
+"""The same kernel keyed on its input pointers' 16-byte alignment too."""
 
 
 class KeyedBuildKernel(VllmTritonJitKernel["KeyedBuildKernel.CompileKey"]):
@@ -151,13 +163,20 @@ class WidestUnwarmedBuildKernel(KeyedBuildKernel):
         return [key for key in super().get_warmup_keys(vllm_config) if key.WIDTH < capacity]
 
 
+class AlignedInputsBuildKernel(KeyedBuildKernel):
+    """:class:`KeyedBuildKernel` whose kernel keys on its inputs' alignment,
+    while its warm-up (aligned placeholder tensors) compiles aligned keys only."""
+
+    kernel = keyed_build_kernel_on_alignment
+
+
 def _target(launcher: KeyedBuildKernel, name: str) -> SimpleNamespace:
     def launch(args: BuildArgs) -> None:
         if args.num_tokens:
             launcher(**args._asdict())
 
     return SimpleNamespace(build_c128a_topk_metadata=triton_builder(launch, name),
-                           launchers=(launcher,), jit_functions=(keyed_build_kernel,))
+                           launchers=(launcher,), jit_functions=(launcher.kernel,))
 
 
 target = _target(KeyedBuildKernel(), "keyed")
@@ -168,3 +187,6 @@ stride_blind = _target(StrideBlindBuildKernel(), "stride_blind")
 
 widest_unwarmed = _target(WidestUnwarmedBuildKernel(), "widest_unwarmed")
 """The builder through :class:`WidestUnwarmedBuildKernel` (``c128a.kernels.keyed:widest_unwarmed``)."""
+
+aligned_inputs_only = _target(AlignedInputsBuildKernel(), "aligned_inputs_only")
+"""The builder through :class:`AlignedInputsBuildKernel` (``c128a.kernels.keyed:aligned_inputs_only``)."""

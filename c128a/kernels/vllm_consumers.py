@@ -62,30 +62,46 @@ SOURCES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
 def write_extracts(wheel: Path, folder: Path, header: dict[str, str]) -> dict[str, str]:
     """Write the consumers' extracts of ``wheel`` into ``folder``; {consumer:
     why it is unavailable} for each the wheel lacks."""
-    gaps: dict[str, str] = {}
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        for source, (file_name, consumers) in SOURCES.items():
-            roots = tuple(name for names_of in consumers.values() for name in names_of)
-            if source not in names:
-                # An extract of nothing, its header naming what is missing:
-                # the cache stays current and the load names each gap.
-                lines = {**header, vllm_release.FORMAT_KEY: vllm_release.EXTRACT_FORMAT,
-                         "source": f"{source} (not in {wheel.name})",
-                         "missing": ", ".join(roots)}
-                text = "".join(f"{vllm_release.HEADER_PREFIX}{k}: {v}\n" for k, v in lines.items())
-                vllm_release.write_extract(vllm_release.Extract(text, (), (), ()), folder / file_name)
-                for consumer, known in consumers.items():
-                    gaps[consumer] = f"{wheel.name} has no {source} (for {known[0]})"
-                continue
-            text = archive.read(source).decode("utf-8")
+        texts = {source: (source, archive.read(source).decode("utf-8")) if source in names else None
+                 for source in SOURCES}
+    return write_source_extracts(texts, folder, header, f"not in {wheel.name}",
+                                 f"{wheel.name} has no")
+
+
+def write_source_extracts(texts: dict[str, tuple[str, str] | None], folder: Path,
+                          header: dict[str, str], absent: str, lacks: str) -> dict[str, str]:
+    """Write an extract per source file of :data:`SOURCES` into ``folder``
+    from ``texts`` ({source: (where the text was read, the text), or None
+    where the release or revision has none}); {consumer: why it is
+    unavailable} for each it lacks. ``absent`` and ``lacks`` word a missing
+    source in the extract's header and in the reason."""
+    gaps: dict[str, str] = {}
+    for source, (file_name, consumers) in SOURCES.items():
+        roots = tuple(name for names_of in consumers.values() for name in names_of)
+        found = texts.get(source)
+        if found is not None:
+            origin, text = found
             try:
-                made = vllm_release.make_extract(text, source, header, roots=roots, optional=True)
+                made = vllm_release.make_extract(text, origin, header, roots=roots, optional=True)
             except ExtractError as exc:
+                why = f"{origin} (its definitions do not reduce to an extract: {exc})"
                 for consumer, known in consumers.items():
                     gaps[consumer] = f"{known[0]}: {exc}"
+            else:
+                vllm_release.write_extract(made, folder / file_name)
                 continue
-            vllm_release.write_extract(made, folder / file_name)
+        else:
+            why = f"{source} ({absent})"
+            for consumer, known in consumers.items():
+                gaps[consumer] = f"{lacks} {source} (for {known[0]})"
+        # An extract of nothing, its header naming what is missing and why:
+        # the cache stays current and the load names each gap.
+        lines = {**header, vllm_release.FORMAT_KEY: vllm_release.EXTRACT_FORMAT,
+                 "source": " ".join(why.split()), "missing": ", ".join(roots)}
+        text = "".join(f"{vllm_release.HEADER_PREFIX}{k}: {v}\n" for k, v in lines.items())
+        vllm_release.write_extract(vllm_release.Extract(text, (), (), ()), folder / file_name)
     return gaps
 
 
@@ -117,7 +133,7 @@ def load_consumers(folder: Path) -> tuple[tuple[Consumer, ...], dict[str, str]]:
             function = _function(module, names) if module is not None else None
             if function is None:
                 where = vllm_release.read_header(path).get("source", source)
-                gaps[consumer] = reason or f"the release defines no {' or '.join(names)} in {where}"
+                gaps[consumer] = reason or f"no {' or '.join(names)} from {where}"
                 continue
             loaded.append(_ADAPTERS[consumer](function, vllm_release._launchers_named(module, function)))
     return tuple(loaded), gaps

@@ -181,14 +181,19 @@ def _top_level(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, _Import
 
 def defines_builder(source: str) -> bool:
     """Whether ``source`` defines ``build_c128a_topk_metadata`` at its top level."""
-    if f"def {BUILD_FUNCTION}" not in source:
+    return defines_function(source, BUILD_FUNCTION)
+
+
+def defines_function(source: str, name: str) -> bool:
+    """Whether ``source`` defines function ``name`` at its top level."""
+    if f"def {name}" not in source:
         return False
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return False
     return any(
-        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == BUILD_FUNCTION
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
         for node in tree.body
     )
 
@@ -294,6 +299,104 @@ def make_extract(
         parts.append(_segment(lines, node))
     text = "".join(parts).rstrip("\n") + "\n"
     return Extract(text, names, tuple(sorted(supplied)), tuple(sorted(set(kept))), header)
+
+
+# ---------------------------------------------------------------- how the engine calls it
+
+ENGINE_WIDTHS_KEY = "engine-widths"
+"""The header line saying how the source's engine calls the builder
+(:func:`engine_widths`): ``fixed: WHY`` or ``adaptive: WHY``."""
+FIXED, ADAPTIVE = "fixed", "adaptive"
+WIDTH_ARGUMENT = "max_compressed_tokens"
+
+
+@dataclass(frozen=True)
+class EngineWidths:
+    """How vLLM's engine calls the builder: ``kind`` is ``fixed`` (at W = C
+    only: an engine constant, set at start-up) or ``adaptive`` (a width it
+    chooses per step, or no call found); ``reason`` says where and why."""
+
+    kind: str
+    reason: str
+
+    def header_value(self) -> str:
+        return f"{self.kind}: {self.reason}"
+
+    @classmethod
+    def from_header(cls, header: dict[str, str]) -> "EngineWidths | None":
+        kind, _, reason = header.get(ENGINE_WIDTHS_KEY, "").partition(":")
+        return cls(kind.strip(), reason.strip()) if kind.strip() in (FIXED, ADAPTIVE) else None
+
+
+def _engine_calls(tree: ast.AST):
+    """(enclosing function or None, call) for every call of the builder
+    outside its own definition."""
+    found = []
+
+    def visit(node, function):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name == BUILD_FUNCTION:
+                return
+            function = node
+        if isinstance(node, ast.Call):
+            callee = node.func
+            name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
+            if name == BUILD_FUNCTION:
+                found.append((function, node))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, None)
+    return found
+
+
+def _assigns_attribute(function, attribute: str) -> bool:
+    """Whether ``function`` assigns ``self.<attribute>``."""
+    return function is not None and any(
+        isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+        and node.attr == attribute and isinstance(node.value, ast.Name) and node.value.id == "self"
+        for node in ast.walk(function)
+    )
+
+
+def engine_widths(sources) -> EngineWidths:
+    """How the engine in ``sources`` ((origin, text) pairs: the files of a
+    vLLM revision that call the builder) calls it: ``fixed`` where every
+    call passes ``max_compressed_tokens=self.ATTR`` and the calling method
+    never assigns ``self.ATTR`` (a value set at start-up: vLLM's buffers'
+    width before #50004 and after its revert); ``adaptive`` where a call
+    passes anything else (a width computed per step), or where no call is
+    found (then every width the contract allows is checked)."""
+    fixed, names = [], []
+    for origin, text in sources:
+        names.append(origin)
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for function, call in _engine_calls(tree):
+            where = f"{origin}:{call.lineno}"
+            argument = next((k.value for k in call.keywords if k.arg == WIDTH_ARGUMENT), None)
+            if argument is None and len(call.args) > len(BuildArgs._fields) - 1:
+                argument = call.args[len(BuildArgs._fields) - 1]
+            if argument is None:
+                return EngineWidths(ADAPTIVE, f"the engine call at {where} passes no "
+                                    f"{WIDTH_ARGUMENT} (the builder's default)")
+            passed = ast.unparse(argument)
+            if (isinstance(argument, ast.Attribute) and isinstance(argument.value, ast.Name)
+                    and argument.value.id == "self"
+                    and not _assigns_attribute(function, argument.attr)):
+                method = function.name if function is not None else "its caller"
+                fixed.append(f"the engine call at {where} passes {WIDTH_ARGUMENT}={passed}, "
+                             f"which {method} never assigns (set at start-up)")
+                continue
+            return EngineWidths(ADAPTIVE, f"the engine call at {where} passes "
+                                f"{WIDTH_ARGUMENT}={passed}, a width chosen per step")
+    if fixed:
+        more = f" (and {len(fixed) - 1} more such call(s))" if len(fixed) > 1 else ""
+        return EngineWidths(FIXED, fixed[0] + more)
+    return EngineWidths(ADAPTIVE, f"no engine call of {BUILD_FUNCTION} found in "
+                        f"{', '.join(names) or 'the source'}: every width the contract allows")
 
 
 # ---------------------------------------------------------------- the extract's file

@@ -9,15 +9,17 @@ state keyed on the last step's shape in :mod:`.shape_history`, width-policy faul
 :mod:`.policies`, and faults only the strategies' wider reach shows in
 :mod:`.engine_scale` (thousands of tokens, hundreds of requests),
 :mod:`.layouts` (buffers inside larger allocations), :mod:`.geometry`
-(divisions by R and B) and :mod:`.consumers` (a consumer of the views);
+(divisions by R and B), :mod:`.engine_inputs` (inputs as an engine hands
+them: slices, page slot ids, shared pages, past the engine's caps, and
+builders that write their inputs) and :mod:`.consumers` (a consumer of the views);
 :data:`MUTANTS` describes each. (A fault only a compiled
 kernel can have lives with the kernels: ``c128a.kernels.mutants``.)
 """
 
 # Importing a module registers its mutants.
 from . import (  # noqa: F401
-    builders, consumers, engine_scale, geometry, layouts, pairs, policies, shape_history,
-    stateful,
+    builders, consumers, engine_inputs, engine_scale, geometry, layouts, pairs, policies,
+    shape_history, stateful,
 )
 from .registry import MUTANTS, Mutant
 

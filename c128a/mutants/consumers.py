@@ -1,6 +1,7 @@
 """Consumer and launch-key faults: the oracle's builder with one consumer of
 its views broken the way a kernel written for full-width, contiguous rows
-breaks; and a keyed launcher whose warm-up keys ignore a stride."""
+breaks; a keyed launcher whose warm-up keys ignore a stride; and a builder
+that declares a keyed launcher it never launches through."""
 
 from __future__ import annotations
 
@@ -95,4 +96,31 @@ register(Mutant(
     "recompilation mid-inference",
     ("compile_keys",),
     _KernelNamespace("c128a.kernels.keyed", "stride_blind"),
+))
+
+
+class _DeclaresTheKeyedLauncher:
+    """The oracle's builder (plain torch) declaring the keyed kernel's
+    launcher as its own: its launches never go through it. The launcher is
+    read from the kernels on first use, after the device is chosen."""
+
+    build_c128a_topk_metadata = staticmethod(oracle.build_c128a_topk_metadata)
+
+    def __getattr__(self, name: str):
+        if name != "launchers":
+            raise AttributeError(name)
+        return importlib.import_module("c128a.kernels.keyed").target.launchers
+
+    def __repr__(self) -> str:
+        return "c128a.mutants:launcher_never_launched"
+
+
+register(Mutant(
+    "launcher_never_launched",
+    "a builder that declares a keyed launcher (c128a.kernels.keyed's) but builds without it, "
+    "as a wrapper that calls its kernel directly or falls back to torch on this device does: "
+    "no launch of it has a compile key to compare, so none is warmed or checked",
+    "recompilation mid-inference",
+    ("compile_keys",),
+    _DeclaresTheKeyedLauncher(),
 ))

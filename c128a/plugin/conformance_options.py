@@ -1,9 +1,10 @@
 """The options of a conformance run (``pytest --pyargs c128a.conformance``):
 the folders of regression cases (``--c128a-cases``, besides the kept ones),
 the known-failures file (``--c128a-known-failures``,
-:mod:`c128a.plugin.known_failures`) and ``--c128a-allow-not-run``
-(:mod:`c128a.plugin.verdicts`, which also prints the run's verdict), with
-the ``conformance`` marker.
+:mod:`c128a.plugin.known_failures`), ``--c128a-allow-not-run``
+(:mod:`c128a.plugin.verdicts`, which also prints the run's verdict) and
+``--c128a-check-timeout`` (:mod:`c128a.plugin.check_timeout`), with the
+``conformance`` marker.
 
 Registered by :mod:`c128a.plugin.pytest_plugin` (its ``pytest_plugins``), so
 a kernel repository's rootdir, with no ini file of its own, gets them too.
@@ -26,6 +27,7 @@ CONFORMANCE_MARKER = (
 )
 
 _folders_key = pytest.StashKey[list]()
+_timeout_key = pytest.StashKey[tuple]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,6 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "their failures are reported as xfailed, and a listed one that passes fails the run",
     )
     options.add_to_pytest(group, options.ALLOW_NOT_RUN_OPTION)
+    options.add_to_pytest(group, options.CHECK_TIMEOUT_OPTION)
 
 
 def case_folders_line(folders: list[tuple[str, Path]], counts: list[int]) -> str:
@@ -67,7 +70,14 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except UsageError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from None
-    config.pluginmanager.register(verdicts.Verdicts(config, allow_not_run), verdicts.PLUGIN_NAME)
+    verdicts_plugin = verdicts.Verdicts(config, allow_not_run)
+    config.pluginmanager.register(verdicts_plugin, verdicts.PLUGIN_NAME)
+    from c128a.plugin import check_timeout
+
+    seconds, origin = check_timeout.resolve_check_timeout(config)
+    config.stash[_timeout_key] = (seconds, origin)
+    config.pluginmanager.register(check_timeout.CheckTimeout(seconds, origin),
+                                  check_timeout.PLUGIN_NAME)
     from c128a.conformance import case_folders
     from c128a.runners.cases import case_files
 
@@ -100,15 +110,17 @@ def pytest_configure(config: pytest.Config) -> None:
             listed = known_failures.read_known_failures(config.invocation_params.dir / path, names)
         except known_failures.KnownFailuresError as exc:
             raise pytest.UsageError(f"c128a: {KNOWN_FAILURES_OPTION}: {exc}") from None
-        config.pluginmanager.register(
-            known_failures.KnownFailures(config, listed), known_failures.PLUGIN_NAME
-        )
+        known = known_failures.KnownFailures(config, listed)
+        config.pluginmanager.register(known, known_failures.PLUGIN_NAME)
+        verdicts_plugin.accept_not_run(known.accepted_not_run())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    from c128a.plugin.check_timeout import timeout_line
     from c128a.runners.cases import case_files
 
     folders = config.stash.get(_folders_key, None)
     if folders is None:
         return []
-    return [case_folders_line(folders, [len(case_files(path)) for _, path in folders])]
+    return [case_folders_line(folders, [len(case_files(path)) for _, path in folders]),
+            timeout_line(*config.stash[_timeout_key])]

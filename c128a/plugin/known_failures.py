@@ -7,6 +7,13 @@ The file lists one property or regression case a line, with the reason::
     padding: padding rows hold slot ids, not -1
     matches_oracle: the same rows, compared with the inert oracle
     matches_oracle-b839eb151f69.json: the kept packed-stride case
+    not run: consumers: 0.30.0 ships no combine_topk_swa_indices
+
+A line ``not run: NAME: reason`` accepts instead that NAME's tests do not
+all run on this target (a consumer its release lacks): those that do not
+run do not fail the run, and the summary names the line; one whose every
+test ran here fails the run, as a stale line does. Its failures stay
+failures.
 
 A name is one the ``conformance`` marker carries: a property
 (:func:`c128a.conformance.check_names`) or a case file's name; a case file
@@ -35,14 +42,18 @@ from pathlib import Path
 
 import pytest
 
+from c128a.conformance.requirements import missing_requirement_of
 from c128a.plugin.verdicts import skip_reason
 
 PLUGIN_NAME = "c128a-known-failures"
 REPORT_KEY = "c128a_known_failure"
 """Attribute of a test's call report, or of its set-up report when that
 skipped: {"line": the file's line naming its check, "hit": whether its
-failure was expected, "skipped": the reason when it did not run}; xdist
-carries it to the controller with the report."""
+failure was expected, "skipped": the reason when it did not run, "missing":
+the device or tool the suite skipped it for}; xdist carries it to the
+controller with the report."""
+NOT_RUN_PREFIX = "not run:"
+"""A line accepting that a check does not run: ``not run: NAME: reason``."""
 
 
 SHOWN_PASSES = 3  # passed tests a stale line's report names
@@ -57,6 +68,8 @@ class KnownFailure:
     name: str
     reason: str
     line: int
+    not_run: bool = False
+    """A ``not run:`` line: the check is accepted not to run, not to fail."""
 
 
 def known_names(case_names: list[str]) -> set[str]:
@@ -93,12 +106,13 @@ def read_known_failures(path: Path, names: set[str]) -> dict[str, KnownFailure]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        name, colon, reason = split_line(line, names)
+        not_run = line.startswith(NOT_RUN_PREFIX)
+        name, colon, reason = split_line(line.removeprefix(NOT_RUN_PREFIX).strip(), names)
         where = f"{path}:{number}"
         if not colon or not name or not reason:
             raise KnownFailuresError(
                 f"{where}: {raw.strip()!r} is not 'NAME: reason' (a property or case file "
-                "name, a colon, and why it fails)"
+                "name, a colon, and why it fails) or 'not run: NAME: reason'"
             )
         if name not in names:
             raise KnownFailuresError(
@@ -108,7 +122,7 @@ def read_known_failures(path: Path, names: set[str]) -> dict[str, KnownFailure]:
         if name in listed:
             raise KnownFailuresError(f"{where}: {name!r} is listed already on line "
                                      f"{listed[name].line}")
-        listed[name] = KnownFailure(name, reason, number)
+        listed[name] = KnownFailure(name, reason, number, not_run)
     return listed
 
 
@@ -138,7 +152,8 @@ class KnownFailures:
         self.by_line = {entry.line: entry for entry in listed.values()}
         self.hits: dict[int, int] = {}
         self.passes: dict[int, list[str]] = {}
-        self.skips: dict[int, list[tuple[str, str]]] = {}
+        self.failures: dict[int, list[str]] = {}
+        self.skips: dict[int, list[tuple[str, str, str | None]]] = {}
         self.in_worker = hasattr(config, "workerinput")
 
     def entry_of(self, item: pytest.Item) -> KnownFailure | None:
@@ -152,12 +167,13 @@ class KnownFailures:
         if entry is None or not (call.when == "call" or (call.when == "setup" and report.skipped)):
             return report
         declared = report.skipped and hasattr(report, "wasxfail")  # pytest.xfail, a marker
-        hit = declared or (report.failed and expected(call.excinfo))
+        hit = declared or (report.failed and expected(call.excinfo) and not entry.not_run)
         if hit and not declared:
             report.outcome = "skipped"
             report.wasxfail = f"known failure ({self.path}:{entry.line}): {entry.reason}"
         skipped = skip_reason(report) if report.skipped and not hit else None
-        setattr(report, REPORT_KEY, {"line": entry.line, "hit": hit, "skipped": skipped})
+        setattr(report, REPORT_KEY, {"line": entry.line, "hit": hit, "skipped": skipped,
+                                     "missing": missing_requirement_of(call.excinfo)})
         return report
 
     @pytest.hookimpl
@@ -169,23 +185,47 @@ class KnownFailures:
             self.hits[known["line"]] = self.hits.get(known["line"], 0) + 1
         elif report.passed:
             self.passes.setdefault(known["line"], []).append(report.nodeid)
+        elif report.failed:
+            self.failures.setdefault(known["line"], []).append(report.nodeid)
         elif known.get("skipped") is not None:
-            self.skips.setdefault(known["line"], []).append((report.nodeid, known["skipped"]))
+            self.skips.setdefault(known["line"], []).append(
+                (report.nodeid, known["skipped"], known.get("missing")))
+
+    def expected_failures(self) -> dict[int, KnownFailure]:
+        return {line: entry for line, entry in self.by_line.items() if not entry.not_run}
+
+    def accepted_not_run(self) -> dict[str, str]:
+        """Check name -> ``FILE:LINE (reason)`` of each ``not run:`` line."""
+        return {entry.name: f"{self.path}:{entry.line} ({entry.reason})"
+                for entry in self.by_line.values() if entry.not_run}
+
+    def _not_run_tests(self, line: int) -> list[tuple[str, str]]:
+        """(test, reason) of the line's tests skipped for no missing device or tool."""
+        return [(nodeid, why) for nodeid, why, missing in self.skips.get(line, ())
+                if missing is None]
 
     def stale(self) -> list[tuple[KnownFailure, list[str]]]:
         """The listed checks that passed: no expected failure, a pass."""
         return [(self.by_line[line], nodeids) for line, nodeids in sorted(self.passes.items())
-                if not self.hits.get(line)]
+                if not self.hits.get(line) and not self.by_line[line].not_run]
 
     def not_run(self) -> list[tuple[KnownFailure, list[tuple[str, str]]]]:
         """The listed checks that did not run: none of their tests failed or
         passed, and some skipped for no missing device or tool."""
-        from c128a.conformance.requirements import missing_requirement
-
-        judged = [(line, [(n, why) for n, why in skips if missing_requirement(why) is None])
-                  for line, skips in sorted(self.skips.items())
-                  if not self.hits.get(line) and line not in self.passes]
+        judged = [(line, self._not_run_tests(line)) for line in sorted(self.skips)
+                  if not self.hits.get(line) and line not in self.passes
+                  and not self.by_line[line].not_run]
         return [(self.by_line[line], skips) for line, skips in judged if skips]
+
+    def ran_though_accepted(self) -> list[tuple[KnownFailure, int]]:
+        """The ``not run:`` lines whose every test ran here (none skipped
+        for no missing device or tool): stale."""
+        found = []
+        for line, entry in sorted(self.by_line.items()):
+            ran = len(self.passes.get(line, ())) + len(self.failures.get(line, ()))
+            if entry.not_run and ran and not self._not_run_tests(line):
+                found.append((entry, ran))
+        return found
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session):
@@ -196,6 +236,11 @@ class KnownFailures:
             self._report_stale(session, entry, nodeids)
         for entry, skips in self.not_run():
             self._report_not_run(session, entry, skips)
+        for entry, ran in self.ran_though_accepted():
+            self._report_failed(session, entry, (
+                f"{self.path}:{entry.line} accepts that {entry.name!r} does not run "
+                f"({entry.reason}), but it ran: {ran} test(s) ran and none did not. Remove "
+                "the line."))
         return result
 
     def _report_stale(self, session: pytest.Session, entry: KnownFailure, nodeids) -> None:
@@ -232,15 +277,20 @@ class KnownFailures:
         if self.in_worker:
             return
         stale = {entry.line for entry, _ in self.stale()}
+        failing = self.expected_failures()
         counts = {
-            "failed as expected": sum(1 for line in self.by_line if self.hits.get(line)),
+            "failed as expected": sum(1 for line in failing if self.hits.get(line)),
             "passed (stale)": len(stale),
-            "not run": sum(1 for line in self.by_line
+            "not run": sum(1 for line in failing
                            if not self.hits.get(line) and line not in self.passes),
         }
         unjudged = len(self.not_run())
+        accepted = len(self.by_line) - len(failing)
+        ran = len(self.ran_though_accepted())
         terminalreporter.write_line(
-            f"c128a known failures ({self.path}): {len(self.listed)} listed, "
+            f"c128a known failures ({self.path}): {len(failing)} listed, "
             + ", ".join(f"{count} {what}" for what, count in counts.items())
             + (f" ({unjudged} of them skipped, which fails the run)" if unjudged else "")
+            + (f"; {accepted} accepted not to run" if accepted else "")
+            + (f" ({ran} of them ran, which fails the run)" if ran else "")
         )

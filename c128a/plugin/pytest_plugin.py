@@ -26,9 +26,11 @@ MARKERS = (
     "graph: CUDA-graph replay tests (emulated on the CPU, real on CUDA)",
     "consumers: pipeline tests: the views fed to the consumers an engine runs on them",
     "compile_keys: every launch's compile key among those its warm-up compiles",
-    "applies_to(predicate): a check only of the targets for which predicate(target) is true "
-    "(a check of the project's own code, which another target does not use); deselected for "
-    "the others, never skipped (a skipped check is one that did not run)",
+    "applies_to(predicate, why=...): a check only of the targets for which predicate(target) "
+    "is true (a check of the project's own code, or of a capability the target does not have: "
+    "no keyed launcher, no batch-invariant mode, no jit_functions); deselected for the others "
+    "and listed as not applicable (why: what they lack), never skipped (a skipped check is one "
+    "that did not run)",
     "slow: long-running (the sanitizer and recompile checks, the serving loop, the mutant "
     "matrix, child processes, real faults); "
     "under xdist scheduled first, beside each other, until the cache has their durations",
@@ -36,6 +38,7 @@ MARKERS = (
 
 _state_key = pytest.StashKey[dict]()
 _collect_only_storage_key = pytest.StashKey[str | None]()
+_guard_key = pytest.StashKey[object]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,16 +91,22 @@ def padding_rows_line(variant: str, origin: str) -> str:
 
 def load_target_or_refuse(spec: str, origin: str, padding_rows: str | None):
     """The target ``spec`` names, loaded; one that does not load (a bad spec,
-    a release that cannot be fetched or extracted, vLLM not importable) is a
-    usage error of the run, in one line naming the spec and why: a run that
-    cannot exercise its target checks nothing and must not pass. Raised in
-    ``pytest_configure``, so the controller of an xdist run refuses before
-    any worker starts."""
+    a module that raises or exits while imported, a release that cannot be
+    fetched or extracted, vLLM not importable) is a usage error of the run,
+    in one line naming the spec and why: a run that cannot exercise its
+    target checks nothing and must not pass. Raised in ``pytest_configure``,
+    so the controller of an xdist run refuses before any worker starts. A
+    ``KeyboardInterrupt`` while it imports (Ctrl-C, or the module raising
+    it) ends the run as pytest's interruption, in one line."""
     from c128a.failures import TargetSpecError, TargetUnavailable
     from c128a.targets import load_target
 
     try:
         return load_target(spec, padding_rows)
+    except KeyboardInterrupt:
+        pytest.exit(f"c128a: interrupted while importing target {spec!r} (from {origin}): "
+                    "KeyboardInterrupt (Ctrl-C, or the module raised it); nothing ran",
+                    returncode=pytest.ExitCode.INTERRUPTED)
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc} (from {origin})") from exc
     except TargetUnavailable as exc:
@@ -153,10 +162,14 @@ def checks_of_other_targets(target, items: list[pytest.Item]) -> list[pytest.Ite
             if any(not marker.args[0](target) for marker in item.iter_markers("applies_to"))]
 
 
+# Last: the checks -k and -m deselect are not listed as not applicable.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from c128a.plugin import scheduling
+    from c128a.plugin import scheduling, verdicts
 
-    others = checks_of_other_targets(config.stash[_state_key]["target"], items)
+    target = config.stash[_state_key]["target"]
+    others = checks_of_other_targets(target, items)
+    verdicts.record_not_applicable(config, others, target)
     if others:
         excluded = set(others)
         items[:] = [item for item in items if item not in excluded]
@@ -177,6 +190,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     from c128a.runners.gpus import thaw_heap
 
+    run_guard = config.stash.get(_guard_key, None)
+    if run_guard is not None:
+        run_guard.finish()
     thaw_heap()
     folder = config.stash.get(_collect_only_storage_key, None)
     if folder is not None:
@@ -290,7 +306,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     profiles.register_profiles()
     profile = config.getoption("hypothesis_profile", None)
-    if not profile:
+    if profile:
+        check_profile(profile)
+    else:
         # Hypothesis's own plugin loads an explicit --hypothesis-profile later.
         profile = profiles.default_profile()
         settings.load_profile(profile)
@@ -313,16 +331,23 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"c128a: {exc}") from exc
 
     from c128a.failures import TargetSpecError
-    from c128a.targets import resolve_padding_rows, resolve_spec
+    from c128a.targets import exits, resolve_padding_rows, resolve_spec
 
-    spec, origin = resolve_spec(config.getoption("c128a_target"))
     try:
+        spec, origin = resolve_spec(config.getoption("c128a_target"))
         padding_rows, padding_origin = resolve_padding_rows(
             config.getoption("c128a_padding_rows"), PADDING_ROWS_OPTION
         )
     except TargetSpecError as exc:
         raise pytest.UsageError(f"c128a: {exc}") from exc
+    # From here to pytest_unconfigure, code that would end the process (the
+    # target's import or build calling os._exit, a native library calling
+    # exit()) is refused or ends it non-zero, in one line.
+    run_guard = exits.guard("the pytest run", f"the import of target {spec!r}",
+                            pytest.ExitCode.USAGE_ERROR)
+    config.stash[_guard_key] = run_guard
     target = load_target_or_refuse(spec, origin, padding_rows)
+    run_guard.doing("the pytest run, outside any test", pytest.ExitCode.TESTS_FAILED)
     strict_sentinels = resolve_strict_sentinels(
         config.getoption("c128a_strict_sentinels"), os.environ.get(STRICT_SENTINELS_ENV)
     )
@@ -357,12 +382,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         state["interpreter"],
         state["profile"],
     )
-    # The padding-row variant right under the target it applies to.
-    return [target_line, state["padding_rows_line"], *others] + [
+    # The padding-row variant and the widths right under the target they apply to.
+    return [target_line, state["padding_rows_line"], widths_line(state["target"]), *others] + [
         strict_sentinels_line(*state["strict_sentinels"])
     ] + ([state["xdist_line"]] if state["xdist_line"] else []) + scheduling_lines(config) + (
         batch_invariant_lines()
     )
+
+
+def widths_line(target) -> str:
+    """Header line: the widths the checks draw W from, and why."""
+    from c128a.targets.target import widths_of
+
+    return f"c128a widths: {widths_of(target)}"
 
 
 def scheduling_lines(config: pytest.Config) -> list[str]:
@@ -383,14 +415,48 @@ def batch_invariant_lines() -> list[str]:
     ]
 
 
+def check_profile(name: str) -> None:
+    """An explicit ``--hypothesis-profile`` must name a registered profile:
+    refused here in one line (Hypothesis's own plugin, after this one,
+    would stop the run with an internal error)."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    from c128a.checks.profiles import PROFILES
+
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        raise pytest.UsageError(
+            f"c128a: --hypothesis-profile={name!r} names no registered Hypothesis profile; "
+            f"c128a registers {', '.join(PROFILES)} (c128a/checks/profiles.py), Hypothesis "
+            "'default'; a conftest.py may register others (settings.register_profile)"
+        ) from None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """While a test runs, code ending the process is reported naming it."""
+    run_guard = item.config.stash.get(_guard_key, None)
+    if run_guard is None:
+        return (yield)
+    from c128a.plugin.verdicts import shown_item
+
+    run_guard.doing(f"test {shown_item(item)}")
+    try:
+        return (yield)
+    finally:
+        run_guard.doing("the pytest run, outside any test")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash[_state_key]
     if item.get_closest_marker("cuda") and state["device"] != "cuda":
-        from c128a.conformance.requirements import needs
+        from c128a.conformance.requirements import skip_for_want_of
         from c128a.targets.device import cuda_available
 
-        pytest.skip(needs("CUDA", "running with --c128a-device=cpu" if cuda_available()
-                          else "no GPU here (torch.cuda.is_available() is False)"))
+        skip_for_want_of("CUDA", "running with --c128a-device=cpu" if cuda_available()
+                         else "no GPU here (torch.cuda.is_available() is False)")
 
 
 @pytest.fixture(scope="session")

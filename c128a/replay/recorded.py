@@ -4,7 +4,8 @@ A reproduce blob holds the choices one Hypothesis release made; another
 release may read them differently, or refuse them. The serving-loop
 machine (:mod:`c128a.replay.serving`) therefore records each step it
 builds, the padded :class:`~c128a.step.Batch` with the rule that caused
-it, and attaches the record to whatever the example raised
+it (none when the example failed as its engine captured), and attaches the
+record to whatever the example raised
 (:func:`attach_steps`, :func:`machine_steps_of`). A case keeps it
 (``machine_steps``), and the machine's ``replay_recorded`` runs the same
 batches through the same kind of engine (captured at the replay target's
@@ -48,11 +49,13 @@ class MachineSteps:
     is its JSON schema (:mod:`c128a.step.schema`).
 
     ``capture_width`` is the width the recording target captured its
-    consumers at; a replay captures at its own target's width, and builds
-    each step at the width its own policy chooses for the step."""
+    consumers at (None: its policy gave no valid one, and the failure came
+    at capture); a replay captures at its own target's width, and builds
+    each step at the width its own policy chooses for the step. No step: the
+    example failed at capture, which a replay does again."""
 
     max_model_len: Annotated[int, Range(1, MAX_MODEL_LEN)]
-    capture_width: Annotated[int, Range(1, MAX_CAPACITY)]
+    capture_width: Annotated[int, Range(1, MAX_CAPACITY)] | None
     capture_limit: Annotated[int, Range(1, MAX_CAPTURE_LIMIT)]
     kv_slots: Annotated[int, Range(1, MAX_KV_SLOTS)]
     block_size: Annotated[int, Range(1, 1 << 16)]
@@ -61,6 +64,13 @@ class MachineSteps:
     def listing(self) -> str:
         """The steps as the machine noted them, one a line."""
         return "\n".join(step.description for step in self.steps) or "(no step: it failed at capture)"
+
+
+def recorded_width(width) -> int | None:
+    """A capture width as a record holds it: None where the target's policy
+    gave no width a case may hold (the record must stay readable)."""
+    valid = isinstance(width, int) and not isinstance(width, bool) and 1 <= width <= MAX_CAPACITY
+    return width if valid else None
 
 
 def attach_steps(exc: BaseException, steps: MachineSteps) -> None:

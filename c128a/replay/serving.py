@@ -19,7 +19,8 @@ entries, reused pages first); jump a request to another context length, so
 that W crosses powers of two up and down; run a step right after another
 layer's step of another shape used the same buffers (``batch.prior``: other
 decode and prefill rows up to the buffers' rows, another R and B, its
-buffers swapped or from a row offset, at another width), which
+buffers swapped, from a row offset or at the same addresses with another
+row stride and width, at another width), which
 :meth:`c128a.replay.ReplayHarness.run_step` builds first.
 """
 
@@ -37,14 +38,20 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, precond
 from ..checks import check_step
 from ..checks.prior_shape import describe
 from ..checks.compile_keys import check_compile_keys
-from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, PAGE_TOKENS, target_width
-from ..contract import policy
+from ..contract import (
+    COMPRESS_RATIO,
+    MAX_QUERY_TOKENS_PER_DECODE,
+    PAGE_TOKENS,
+    target_capacity,
+    target_reachable_widths,
+    target_width,
+)
 from ..strategies.reach import BY_NAME, SHAPE_HISTORY, WIDTH_HISTORY
 from ..strategies.shape_history import OTHER_BLOCK_SIZES, OTHER_RATIOS, ROW_BLOCK
 from ..failures import ContractViolation, HarnessError
 from ..step import Batch, PriorStep, StepRequest, assemble_batch
 from .harness import ReplayHarness
-from .recorded import MachineStep, MachineSteps, attach_steps
+from .recorded import MachineStep, MachineSteps, attach_steps, recorded_width
 
 DEFAULT_MAX_MODEL_LEN = {
     "cuda": 1_048_576,  # capacity 8192: every width 128 ... 8192 is reachable
@@ -174,8 +181,8 @@ def build_machine(
 
     The engine is captured once per machine class; each run starts from the
     state right after capture (:meth:`c128a.replay.ReplayHarness.reset`).
-    A failing example's exception carries the steps it built
-    (:func:`c128a.replay.recorded.machine_steps_of`), and the class's
+    A failing example's exception carries the steps it built, none for a
+    failure at capture (:func:`c128a.replay.recorded.machine_steps_of`), and the class's
     ``replay_recorded(steps)`` runs such a record again without Hypothesis.
     """
     device = torch.device(device)
@@ -218,6 +225,19 @@ def build_machine(
             )
         return engine[0]
 
+    def engine_record() -> MachineSteps:
+        """The engine with no step: the record of a failure at capture. The
+        width it captures at, where the target's policy gives a valid one."""
+        try:
+            capacity = target_capacity(target, max_model_len, COMPRESS_RATIO)
+            capture_width = target_width(target, max_model_len, COMPRESS_RATIO, capacity)
+        except Exception:  # noqa: BLE001 - the policy's own failure is the one recorded
+            capture_width = None
+        return MachineSteps(
+            max_model_len=max_model_len, capture_width=recorded_width(capture_width),
+            capture_limit=CAPTURE_LIMIT, kv_slots=num_pages * block_size, block_size=block_size,
+        )
+
     def replay_recorded(recorded: MachineSteps) -> ReplayHarness:
         """Run ``recorded``'s steps in order on a fresh engine of its
         recorded size, captured at this target's width, with this machine's
@@ -241,7 +261,13 @@ def build_machine(
 
         def __init__(self):
             super().__init__()
-            self.harness = started_engine()
+            try:
+                self.harness = started_engine()
+            except Exception as exc:
+                # A failure at capture: its record is the engine alone, which
+                # replay_recorded captures again (no Hypothesis needed).
+                attach_steps(exc, engine_record())
+                raise
             self.pool = PagePool(num_pages)
             self.live: list[Request] = []
             self.admitted = 0
@@ -320,9 +346,16 @@ def build_machine(
             if placement == "row offset":
                 offset = 1 + pick % max(buffer_rows - max(decode, prefill), 1)
             offset = min(offset, buffer_rows - max(decode, prefill))
+            widths = target_reachable_widths(self.harness.target, self.harness.capacity)
+            columns = 0
+            if pick >> 12 & 1 and self.harness.capacity >= 256:
+                # Another capacity's buffers at the same addresses: half the
+                # columns, so twice the rows fit (a freed workspace reused).
+                # From a bit of ``pick`` no other choice reads: no new draw.
+                columns = self.harness.capacity // 2 // 128 * 128
+                widths = [w for w in widths if w <= columns]
             prior = PriorStep(decode, prefill, ratio, block, swapped=placement == "swapped",
-                              row_offset=offset)
-            widths = policy.reachable_widths(self.harness.capacity)
+                              row_offset=offset, columns=columns)
             self._step(f"after another layer: {describe(prior)}", prior=prior,
                        prior_width=widths[width % len(widths)])
 
@@ -399,7 +432,8 @@ def build_machine(
         def _recorded(self) -> MachineSteps:
             harness = self.harness
             return MachineSteps(
-                max_model_len=harness.max_model_len, capture_width=harness.capture_width,
+                max_model_len=harness.max_model_len,
+                capture_width=recorded_width(harness.capture_width),
                 capture_limit=harness.sizes[-1], kv_slots=harness.kv.numel(),
                 block_size=harness.block_size, steps=tuple(self.built),
             )

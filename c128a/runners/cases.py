@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import errno
 import hashlib
 import importlib.metadata
 import io
@@ -102,6 +103,9 @@ class Case:
     steps: str | None = None  # the machine's steps as Hypothesis printed them, for the reader
     # The engine steps a serving-loop failure built, replayable without Hypothesis.
     machine_steps: MachineSteps | None = None
+    # A hash of machine_steps as written (:func:`machine_steps_digest`): an
+    # edited step or engine no longer matches it, and the case is refused.
+    machine_steps_digest: str | None = None
     outside_contract: str | None = None  # why the inputs break the contract's preconditions
     # A serving-loop round's size: replayable from its seed.
     round_examples: Annotated[int, Range(1, INT32.high)] | None = None
@@ -168,11 +172,42 @@ class Case:
         ):
             raise CaseError(path, "steps", "a serving_loop case needs its machine_steps, steps "
                             "or reproduce_blob")
+        # Last: a step malformed or outside the contract is named as such above.
+        _check_steps_digest(case, data.get("machine_steps"), path)
         return dataclasses.replace(case, path=Path(path) if path is not None else None)
 
 
 def _read_batch(value: Any, path, where: str) -> Batch | None:
     return None if value is None else Batch.from_json(value, path, where)
+
+
+def machine_steps_digest(recorded: Any) -> str:
+    """A hash of a serving-loop case's ``machine_steps`` as JSON data (as
+    written, whatever its layout): its engine and every step."""
+    text = json.dumps(recorded, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_steps_digest(case: Case, recorded: Any, path) -> None:
+    """The case's ``machine_steps``, as the file holds them, are those it
+    was written with: an edited step or engine replays something else than
+    the failure the case records (its message, printed steps and blob), so
+    such a case is refused rather than replayed. A case without a digest
+    (written before there was one) is read as it is, and so is one without
+    its steps, which replays from its blob as a case written before steps
+    were recorded (the blob drives the machine's own steps, checked against
+    the printed ones)."""
+    if case.machine_steps_digest is None or case.machine_steps is None:
+        return
+    found = machine_steps_digest(recorded)
+    if found != case.machine_steps_digest:
+        raise CaseError(
+            path, "machine_steps", f"changed since the case was written (they hash to {found}, "
+            f"machine_steps_digest={case.machine_steps_digest}): the steps or the engine were "
+            "edited, so they no longer hold the failure the case records; restore them from "
+            "the file's history, or, to replay the edited steps as a case of their own, remove "
+            "machine_steps_digest"
+        )
 
 
 def contract_breach(batch: Batch, padding_rows: str | None = None) -> str | None:
@@ -264,18 +299,6 @@ def former_case_filename(case: Case) -> str | None:
     return f"{case.property}-{_identity_hash(case, _batch_inputs(case))}.json"
 
 
-def _saved_as(path: Path, case: Case) -> bool:
-    """Whether the file at ``path`` holds ``case``'s kind and target (its
-    property, inputs and variant are in its name)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and (data.get("kind"), data.get("target")) == (
-        case.kind, case.target
-    )
-
-
 def readable_json(data: Any, indent: str = "") -> str:
     """JSON with one object key per line and every list of numbers or text
     on one line; a list of objects (a serving-loop case's steps) has one
@@ -296,15 +319,14 @@ def _umask() -> int:
     return mask
 
 
-def _written_temporary(path: Path, data: Any) -> Path:
-    """``data`` as readable JSON in a temporary file beside ``path``, with the
-    mode a new file gets (0666 under the umask, not mkstemp's 0600)."""
+def _written_temporary(path: Path, text: str) -> Path:
+    """``text`` in a temporary file beside ``path``, with the mode a new file
+    gets (0666 under the umask, not mkstemp's 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
-            out.write(readable_json(data))
-            out.write("\n")
+            out.write(text)
         os.chmod(temporary, 0o666 & ~_umask())
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -312,10 +334,8 @@ def _written_temporary(path: Path, data: Any) -> Path:
     return Path(temporary)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write ``data`` so that a reader (or a crash) never sees half a file."""
-    path = Path(path)
-    temporary = _written_temporary(path, data)
+def _replace_with(path: Path, text: str) -> None:
+    temporary = _written_temporary(path, text)
     try:
         os.replace(temporary, path)
     except BaseException:
@@ -323,30 +343,215 @@ def atomic_write_json(path: Path, data: Any) -> None:
         raise
 
 
-def write_case(case: Case, cases_dir: Path | str) -> tuple[Path, bool]:
-    """Save ``case`` in ``cases_dir``: (path, True), or (its path, False) when
-    the same case is already saved there, under its name or the name it had
-    before kind and target were part of it. The file is linked into place
-    from a complete temporary file, so of several runs sharing ``cases_dir``
-    exactly one claims it new, and no reader sees half a file."""
-    path = Path(cases_dir) / case_filename(case)
-    if path.exists():
-        return path, False
-    former = former_case_filename(case)
-    if former is not None and _saved_as(Path(cases_dir) / former, case):
-        return Path(cases_dir) / former, False
-    temporary = _written_temporary(path, case.to_json())
-    try:
-        os.link(temporary, path)
-    except FileExistsError:
-        return path, False
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path, True
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as readable JSON so that a reader (or a crash) never
+    sees half a file."""
+    _replace_with(Path(path), readable_json(data) + "\n")
+
+
+# ---------------------------------------------------------------- the file a case is saved as
 
 
 MAX_CASE_BYTES = 64 << 20
-"""The largest case file read (a 1M-context step's table is a few MB)."""
+"""The largest case file: :func:`load_case` reads no more, and a case is
+never written larger (:func:`saved_form`). A 1M-context serving-loop step's
+table is about 100 KB of it."""
+KEPT_TEXT_CHARS = 32 << 10
+"""What a case too large for :data:`MAX_CASE_BYTES` keeps of each end of
+a text written for its reader (:data:`READERS_TEXTS`)."""
+READERS_TEXTS = ("failure", "sanitizer_report", "steps")
+"""The fields a case's replay does not run, in the order they are cut when
+the case would be too large: the failure message, a sanitizer's report,
+the steps as Hypothesis printed them."""
+
+
+class CaseTooLarge(OSError):
+    """A case that cannot be written within :data:`MAX_CASE_BYTES` even with
+    its readers' texts cut: kept whole in the run's report instead."""
+
+
+def _case_text(case: Case) -> str:
+    """The case's JSON, readable where that fits in :data:`MAX_CASE_BYTES`,
+    else without layout."""
+    data = case.to_json()
+    text = readable_json(data) + "\n"
+    if _fits(text):
+        return text
+    return json.dumps(data, separators=(",", ":")) + "\n"
+
+
+def _fits(text: str) -> bool:
+    return len(text.encode()) <= MAX_CASE_BYTES
+
+
+def _cut(text: str) -> str:
+    cut = len(text) - 2 * KEPT_TEXT_CHARS
+    return (f"{text[:KEPT_TEXT_CHARS]}\n[... {cut:,} characters cut here: the case would "
+            f"have been larger than MAX_CASE_BYTES={MAX_CASE_BYTES:,}, the most `c128a replay` "
+            f"reads ...]\n{text[-KEPT_TEXT_CHARS:]}")
+
+
+def saved_form(case: Case) -> tuple[Case, str]:
+    """``case`` as its file holds it, and the file's text, at most
+    :data:`MAX_CASE_BYTES` (what :func:`load_case` reads): its
+    ``machine_steps`` with their digest; where it would be larger, without
+    layout, then with the middle of each reader's text cut (the failure
+    message first), then, for a serving-loop case with a reproduce blob
+    (which drives the same steps again: :func:`machine_steps_from_blob`),
+    without its recorded steps. A case larger still raises
+    :class:`CaseTooLarge`."""
+    if case.machine_steps is not None:
+        case = dataclasses.replace(
+            case, machine_steps_digest=machine_steps_digest(to_json(case.machine_steps))
+        )
+    text = _case_text(case)
+    for name in READERS_TEXTS:
+        value = getattr(case, name)
+        if _fits(text) or value is None or len(value) <= 2 * KEPT_TEXT_CHARS + 200:
+            continue
+        case = dataclasses.replace(case, **{name: _cut(value)})
+        text = _case_text(case)
+    if not _fits(text) and case.machine_steps is not None and case.reproduce_blob:
+        steps = len(case.machine_steps.steps)
+        case = dataclasses.replace(
+            case, machine_steps=None, machine_steps_digest=None,
+            failure=f"{case.failure}\n[its {steps} recorded engine step(s) were left out: with "
+            f"them the case was larger than MAX_CASE_BYTES={MAX_CASE_BYTES:,}; it replays from "
+            f"its reproduce_blob under hypothesis {case.versions.get('hypothesis', '?')}]",
+        )
+        text = _case_text(case)
+    if not _fits(text):
+        raise CaseTooLarge(
+            errno.EFBIG, f"the {case.kind} case is {len(text.encode()):,} bytes even with its "
+            f"readers' texts cut, more than MAX_CASE_BYTES={MAX_CASE_BYTES:,} (what c128a replay "
+            "reads)"
+        )
+    return case, text
+
+
+# ---------------------------------------------------------------- saving a case
+
+
+OTHER_NAMES = 99
+"""How many other names (``NAME-2.json`` ...) a case may take when files that
+are not it hold its own."""
+
+
+@dataclass(frozen=True)
+class SavedCase:
+    """Where :func:`save_case` saved a case: ``new`` False when the same case
+    was there already; ``passed_over``: each name it could not take, with
+    what holds it."""
+
+    path: Path
+    new: bool
+    passed_over: tuple[str, ...] = ()
+
+
+def _case_names(case: Case) -> list[str]:
+    name = case_filename(case)
+    stem = name.removesuffix(".json")
+    return [name, *(f"{stem}-{number}.json" for number in range(2, OTHER_NAMES + 2))]
+
+
+def _what_is_at(path: Path, case: Case) -> str | None:
+    """What holds ``path`` in ``case``'s place: None when it is ``case``
+    itself (a file that reads back as a case of the same identity), "" when
+    nothing is there, else a description of what is."""
+    if not os.path.lexists(path):
+        return ""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    try:
+        found = load_case(path)
+    except CaseError as exc:
+        return _recognised_file(path) or f"no case (field {exc.field!r}: {exc.rule})"
+    if found.property == case.property and case_identity(found) == case_identity(case):
+        return None
+    return f"another case ({found.kind} of {found.property} on {found.target})"
+
+
+def _recognised_file(path: Path) -> str | None:
+    """What a file that is no case is, where its start says so."""
+    try:
+        with open(path, "rb") as handle:
+            start = handle.read(1 << 16)
+    except OSError:
+        return None
+    if start.startswith(b"version https://git-lfs"):
+        return "a Git LFS pointer, not the case it stands for (git lfs pull fetches it)"
+    if start.startswith(b"<<<<<<< ") or b"\n<<<<<<< " in start:
+        return "a file with merge-conflict markers (<<<<<<<)"
+    return None
+
+
+def _read_back(path: Path, text: str) -> None:
+    """``path`` holds ``text``, read from the disk again; else OSError."""
+    try:
+        with open(path, "rb") as handle:
+            written = handle.read(MAX_CASE_BYTES + 1)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{path} was written but cannot be read back: "
+                      f"{exc.strerror or exc}") from exc
+    if written != text.encode():
+        raise OSError(errno.EIO, f"{path} was written but does not read back as written")
+
+
+def save_case(case: Case, cases_dir: Path | str) -> SavedCase:
+    """Save ``case`` (its :func:`saved_form`) in ``cases_dir`` under its name
+    (:func:`case_filename`): new, or not when a file there reads back as the
+    same case (by its identity), or one under the name it had before kind
+    and target were part of it. A file there that is not the case (no case
+    at all, another case, a dangling link, a Git LFS pointer, a merge
+    conflict) is left as it is, and the case takes the next free name
+    ``NAME-2.json``, ``NAME-3.json`` ... (``passed_over`` says why). The file
+    is linked into place from a complete temporary file, so of several runs
+    sharing ``cases_dir`` exactly one claims it new and no reader sees half a
+    file, then read back: a case said saved is on the disk. OSError when it
+    cannot be (a full disk, an unwritable folder, :class:`CaseTooLarge`)."""
+    form, text = saved_form(case)
+    folder = Path(cases_dir)
+    names = _case_names(form)
+    former = former_case_filename(form)
+    if former is not None and _what_is_at(folder / former, form) is None:
+        return SavedCase(folder / former, False)
+    passed_over: list[str] = []
+    temporary: Path | None = None
+    try:
+        for name in names:
+            path = folder / name
+            holder = _what_is_at(path, form)
+            if holder == "":
+                temporary = temporary or _written_temporary(path, text)
+                try:
+                    os.link(temporary, path)
+                except FileExistsError:  # another run, this moment
+                    holder = _what_is_at(path, form)
+                else:
+                    _read_back(path, text)
+                    return SavedCase(path, True, tuple(passed_over))
+            if holder is None:
+                return SavedCase(path, False, tuple(passed_over))
+            passed_over.append(f"{name} holds {holder or 'a file that came and went'}")
+    finally:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+    raise OSError(errno.EEXIST, f"{names[0]} and its {OTHER_NAMES} other names in {folder} are "
+                  "all held by files that are not this case")
+
+
+def write_case(case: Case, cases_dir: Path | str) -> tuple[Path, bool]:
+    """:func:`save_case`'s (path, new)."""
+    saved = save_case(case, cases_dir)
+    return saved.path, saved.new
+
+
+def rewrite_case(path: Path | str, case: Case) -> None:
+    """Replace the case file at ``path`` (one this run wrote) with ``case``,
+    whole or not at all, and read it back."""
+    _, text = saved_form(case)
+    _replace_with(Path(path), text)
+    _read_back(Path(path), text)
 
 
 FILE_KINDS = (

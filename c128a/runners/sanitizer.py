@@ -320,7 +320,7 @@ def _child(argv: list[str] | None = None) -> int:
     index = 0
     for name, batch in steps:
         # At the step's width and at full width: C reads the most entries.
-        for width in dict.fromkeys((batch.width, batch.capacity)):
+        for width in dict.fromkeys((batch.width, batch.widest_width)):
             _say("step", {"index": index, "name": name, "width": width,
                           "batch": batch.to_json()})
             tensors = _own_allocations(batch, device, width, variant)

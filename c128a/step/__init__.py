@@ -4,6 +4,8 @@ persistent buffers, and one build of a step into them."""
 
 from .batch import (
     MAX_BUFFER_ELEMENTS,
+    MAX_CASE_CAPACITY,
+    MAX_CASE_MODEL_LEN,
     MAX_BUFFER_ROWS,
     PAGE_PRIME,
     Batch,
@@ -17,10 +19,13 @@ from .batch import (
 )
 from .buffers import POISON, BufferLayout, Buffers, BuildResult
 from .builds import build, oracle_build
+from .inputs import InputPlacement
 from .prior import PriorStep
 
 __all__ = [
     "MAX_BUFFER_ELEMENTS",
+    "MAX_CASE_CAPACITY",
+    "MAX_CASE_MODEL_LEN",
     "MAX_BUFFER_ROWS",
     "PAGE_PRIME",
     "POISON",
@@ -30,6 +35,7 @@ __all__ = [
     "BufferLayout",
     "Buffers",
     "BuildResult",
+    "InputPlacement",
     "PaddingToken",
     "PermutedBlockTable",
     "PriorStep",

@@ -23,8 +23,6 @@ import torch
 from ..contract import (
     BLOCK_SIZE,
     COMPRESS_RATIO,
-    MAX_CAPACITY,
-    MAX_MODEL_LEN,
     SLOTS,
     WIDTH_ALIGNMENT,
     BuildArgs,
@@ -34,6 +32,7 @@ from .. import phases
 from ..failures import BadArgument, CaseError
 from . import schema
 from .buffers import BufferLayout, Buffers, upload
+from .inputs import InputLayout, InputMemory, InputPlacement
 from .prior import PriorStep
 from .schema import Int32, Int64, Range
 
@@ -103,6 +102,16 @@ MAX_BUFFER_GAP = 1 << 16
 """The most elements a buffer may start into its allocation (and lie apart
 from the next buffer in a pool)."""
 
+MAX_CASE_MODEL_LEN = 1 << 26
+"""The longest ``max_model_len`` a saved step may have. The contract allows
+any; past the engine's 1M (``c128a.contract.MAX_MODEL_LEN``) the
+strategies draw a few tokens at a time (positions at and past 2^20)."""
+
+MAX_CASE_CAPACITY = 1 << 16
+"""The widest capacity C a saved step may have: past the engine's 8,192
+(``c128a.contract.MAX_CAPACITY``; R = 64 at 1M gives 16,384), within
+:data:`MAX_BUFFER_ELEMENTS` for a few rows."""
+
 
 @dataclass(frozen=True, eq=False)
 class PermutedBlockTable(Sequence):
@@ -111,7 +120,12 @@ class PermutedBlockTable(Sequence):
 
     Row ``r`` holds ``pages_needed[r]`` pages ``(scale * k + offset) % prime``
     for consecutive ``k`` (counting on from the previous row), then ``junk``
-    up to ``width`` columns. It is a sequence of row tuples like the explicit
+    up to ``width`` columns. With ``shared`` the first ``shared`` pages
+    (``k`` < ``shared``) lead every row, as prefix caching shares a prompt's
+    pages among requests: row ``r``'s first min(``shared``, need) columns
+    hold them, its other needed columns count on from the previous row's
+    (``offset`` 0 makes the shared prefix start at page 0, vLLM's null
+    block). It is a sequence of row tuples like the explicit
     form (rows materialise when indexed, and it equals the explicit table it
     describes), but :meth:`Batch.tensors` builds it with a few array ops: a
     1M-context step's table holds hundreds of thousands of entries, too many
@@ -124,13 +138,14 @@ class PermutedBlockTable(Sequence):
     offset: Annotated[int, Range(0, INT32_MAX)] = 0
     junk: Int32 = -7
     prime: Annotated[int, Range(2, INT32_MAX)] = PAGE_PRIME
+    shared: Annotated[int, Range(0, 1 << 24)] = 0
 
     def __post_init__(self):
         if self.pages_needed and max(self.pages_needed) < 0:
             raise BadArgument(f"pages_needed={self.pages_needed!r:.60} must be >= 0")
-        if sum(self.pages_needed) > self.prime:
+        if self.unique_pages > self.prime:
             raise BadArgument(
-                f"{sum(self.pages_needed):,} pages do not fit prime={self.prime:,}: they "
+                f"{self.unique_pages:,} pages do not fit prime={self.prime:,}: they "
                 "would repeat"
             )
         if self.width < max(self.pages_needed, default=0):
@@ -138,9 +153,24 @@ class PermutedBlockTable(Sequence):
                 f"width={self.width} < the largest row need {max(self.pages_needed)}"
             )
 
+    @property
+    def unique_pages(self) -> int:
+        """Pages of the table's rows, each shared page counted once."""
+        return self.shared + sum(max(need - self.shared, 0) for need in self.pages_needed)
+
     @functools.cached_property
     def _first_pages(self) -> tuple[int, ...]:
-        return tuple(itertools.accumulate(self.pages_needed, initial=0))
+        """Per row, the ``k`` of its first page past the shared ones."""
+        own = (max(need - self.shared, 0) for need in self.pages_needed)
+        return tuple(itertools.accumulate(own, initial=self.shared))
+
+    def _ks(self, row: int) -> range | list[int]:
+        """The ``k`` of row ``row``'s needed pages, in column order."""
+        first, need = self._first_pages[row], self.pages_needed[row]
+        if not self.shared:
+            return range(first, first + need)
+        leading = min(need, self.shared)
+        return [*range(leading), *range(first, first + need - leading)]
 
     def __len__(self) -> int:
         return len(self.pages_needed)
@@ -149,11 +179,8 @@ class PermutedBlockTable(Sequence):
         if isinstance(index, slice):
             return tuple(self[i] for i in range(len(self))[index])
         row = range(len(self))[index]  # IndexError and negative indices as a tuple's
-        first, need = self._first_pages[row], self.pages_needed[row]
-        pages = tuple(
-            (self.scale * k + self.offset) % self.prime for k in range(first, first + need)
-        )
-        return pages + (self.junk,) * (self.width - need)
+        pages = tuple((self.scale * k + self.offset) % self.prime for k in self._ks(row))
+        return pages + (self.junk,) * (self.width - self.pages_needed[row])
 
     def __eq__(self, other) -> bool:
         if isinstance(other, PermutedBlockTable):
@@ -168,19 +195,30 @@ class PermutedBlockTable(Sequence):
 
     def to_json(self) -> dict[str, Any]:
         """The description itself: a table of an engine-scale step (hundreds
-        of requests, thousands of pages each) stays a few numbers in a case."""
-        return {f.name: list(v) if isinstance(v, tuple) else v
+        of requests, thousands of pages each) stays a few numbers in a case.
+        ``shared`` is left out where 0: a table without shared pages writes
+        what it wrote before (case names and seeds stay the same)."""
+        data = {f.name: list(v) if isinstance(v, tuple) else v
                 for f in dataclasses.fields(self) for v in (getattr(self, f.name),)}
+        if not self.shared:
+            del data["shared"]
+        return data
 
     def array(self) -> np.ndarray:
         """The rows as an int32 array [len(self), width]. Only the needed
         entries go through the modulo, in one flat pass: the junk half of a
         table costs a fill, not arithmetic."""
-        total = self._first_pages[-1]
-        pages = (np.arange(total, dtype=np.int64) * self.scale + self.offset) % self.prime
         rows = np.full((len(self), self.width), self.junk, dtype=np.int32)
-        needed = np.arange(self.width) < np.asarray(self.pages_needed)[:, None]
-        rows[needed] = pages  # row-major order: row r's k run on from row r - 1's
+        if not len(self):
+            return rows
+        needs = np.asarray(self.pages_needed, dtype=np.int64)
+        columns = np.arange(self.width, dtype=np.int64)
+        needed = columns < needs[:, None]
+        # Row r's column c: a shared page k = c below ``shared``, else its
+        # own pages counting on from the previous row's (row-major order).
+        own = np.asarray(self._first_pages[:-1], dtype=np.int64)[:, None] + columns - self.shared
+        ks = np.where(columns < self.shared, columns, own)
+        rows[needed] = (ks[needed] * self.scale + self.offset) % self.prime
         return rows
 
 
@@ -200,8 +238,10 @@ class Batch:
     columns of a table whose row stride is ``block_table_row_stride`` (a slice
     of a wider table, as vLLM passes it). The prefill buffer may be
     ``prefill_extra_columns`` wider than the decode buffer (another row
-    stride). ``slot_mapping`` may be longer than T; negative entries mark
-    CUDA-graph padding tokens.
+    stride; negative: narrower, the decode buffer the wider). ``slot_mapping``
+    may be longer than T; negative entries mark CUDA-graph padding tokens.
+    ``inputs`` places each tensor input inside a larger persistent tensor
+    (:class:`~c128a.step.inputs.InputPlacement`).
 
     Each field's annotation is its JSON schema (:mod:`c128a.step.schema`).
     """
@@ -211,26 +251,30 @@ class Batch:
     token_to_req_indices: tuple[Int32, ...]
     block_table: BlockTable
     slot_mapping: tuple[Int64, ...]
-    max_model_len: Annotated[int, Range(1, MAX_MODEL_LEN)]
-    capacity: Annotated[int, Range(1, MAX_CAPACITY)]
+    max_model_len: Annotated[int, Range(1, MAX_CASE_MODEL_LEN)]
+    capacity: Annotated[int, Range(1, MAX_CASE_CAPACITY)]
     width: Int32
     buffer_rows: Annotated[int, Range(1, MAX_BUFFER_ROWS)]
-    block_table_row_stride: Annotated[int, Range(0, 4 * MAX_CAPACITY)] = 0  # 0: dense
-    prefill_extra_columns: Annotated[int, Range(0, MAX_CAPACITY)] = 0  # wider prefill buffer
+    block_table_row_stride: Annotated[int, Range(0, 4 * MAX_CASE_CAPACITY)] = 0  # 0: dense
+    # The prefill buffer's columns past the decode buffer's (negative: fewer).
+    prefill_extra_columns: Annotated[int, Range(-MAX_CASE_CAPACITY, MAX_CASE_CAPACITY)] = 0
     compress_ratio: Size = COMPRESS_RATIO
     block_size: Size = BLOCK_SIZE
     table_junk: Int32 = -7  # fills the table's columns past its width
     # Where the persistent buffers sit (BufferLayout): 0, 0, False is three
     # fresh contiguous allocations.
     buffer_offset: Annotated[int, Range(0, MAX_BUFFER_GAP)] = 0
-    buffer_row_padding: Annotated[int, Range(0, MAX_CAPACITY)] = 0
+    buffer_row_padding: Annotated[int, Range(0, MAX_CASE_CAPACITY)] = 0
     buffer_pooled: bool = False
     # The width of the step history_independent builds into the buffers
     # before this one (0: the widest the buffers allow).
-    prior_width: Annotated[int, Range(0, MAX_CAPACITY)] = 0
+    prior_width: Annotated[int, Range(0, MAX_CASE_CAPACITY)] = 0
     # The shape of that earlier step where it differs from this one's (None:
     # the same rows, R, B and placement, as before shape histories existed).
     prior: PriorStep | None = None
+    # Where each tensor input sits in its persistent tensor (the default:
+    # each at the start of its own, as before placements were drawn).
+    inputs: InputPlacement = InputPlacement()
     labels: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -271,6 +315,17 @@ class Batch:
         (``history_independent``): ``prior_width``, or the widest."""
         return self.prior_width or self.widest_width
 
+    def rows_at_columns(self, columns: int, row_offset: int = 0) -> int:
+        """Rows of ``columns`` dense columns that fit in either 2-D buffer's
+        memory from its row ``row_offset`` to the end of its last row (the
+        earlier step's buffers at a reused address, :class:`PriorStep`)."""
+        fits = []
+        for width in (self.capacity, self.capacity + self.prefill_extra_columns):
+            stride = width + self.buffer_row_padding
+            rows = self.buffer_rows - row_offset
+            fits.append(((rows - 1) * stride + width) // columns if rows > 0 else 0)
+        return min(fits)
+
     @property
     def buffer_layout(self) -> BufferLayout:
         return BufferLayout(self.buffer_offset, self.buffer_row_padding, self.buffer_pooled)
@@ -288,10 +343,15 @@ class Batch:
     def check_sizes(self, path=None, where: str = "batch") -> None:
         """Refuse, before anything is allocated, a step whose buffers or block
         table would be larger than the suite ever builds (:class:`CaseError`)."""
-        row = self.capacity + self.prefill_extra_columns + self.buffer_row_padding
+        if self.capacity + self.prefill_extra_columns < 1:
+            raise CaseError(path, f"{where}.prefill_extra_columns",
+                            f"capacity + prefill_extra_columns = "
+                            f"{self.capacity + self.prefill_extra_columns} must be >= 1: the "
+                            "prefill buffer needs a column")
+        row = (self.capacity + max(self.prefill_extra_columns, 0)) + self.buffer_row_padding
         checks = (
             ("buffer_rows", self.buffer_rows * row, MAX_BUFFER_ELEMENTS,
-             "buffer_rows x (capacity + prefill_extra_columns + buffer_row_padding)"),
+             "buffer_rows x (the wider buffer's columns + buffer_row_padding)"),
             ("block_table",
              len(self.block_table) * max(self.block_table_row_stride, self.table_width, 1),
              MAX_TABLE_ELEMENTS, "rows x row stride"),
@@ -309,6 +369,17 @@ class Batch:
                 f"{self.prior.rows_needed} exceeds buffer_rows={self.buffer_rows}: the earlier "
                 "step is built into this step's buffers",
             )
+        if self.prior is not None and self.prior.columns:
+            fits = self.rows_at_columns(self.prior.columns, self.prior.row_offset)
+            needed = max(self.prior.num_decode_tokens, self.prior.num_prefill_tokens)
+            if needed > fits or self.earlier_width > self.prior.columns:
+                raise CaseError(
+                    path, f"{where}.prior.columns",
+                    f"columns={self.prior.columns} holds {fits} rows of either buffer from row "
+                    f"{self.prior.row_offset}, and the earlier step needs {needed} rows at "
+                    f"W={self.earlier_width}: the earlier step's rows and width must fit its "
+                    "buffers at that geometry",
+                )
 
     # ---------------------------------------------------------------- JSON
 
@@ -332,7 +403,11 @@ class Batch:
             # its case names and history_independent's seed stay the same.
             del data["prior"]
         else:
-            data["prior"] = dataclasses.asdict(self.prior)
+            data["prior"] = schema.to_json(self.prior)
+        if self.inputs.fresh:
+            del data["inputs"]  # the same for a step with its inputs at offset 0
+        else:
+            data["inputs"] = dataclasses.asdict(self.inputs)
         return data
 
     @classmethod
@@ -374,49 +449,59 @@ class Batch:
         ``table_width`` columns of a table whose row stride is
         ``block_table_row_stride``, its other columns holding ``table_junk``.
 
-        Packed on the host and moved with one host-to-device copy (a few
+        Each is a slice of a persistent tensor of its own, ``inputs``
+        elements into it (:class:`~c128a.step.inputs.InputPlacement`), the
+        rest of which holds :data:`~c128a.step.inputs.INPUT_CANARY`. All four
+        are packed on the host and moved with one host-to-device copy (a few
         copies and kernel launches per build were most of an example's
-        device-side time); every argument is a view of that copy starting on
-        a 16-byte boundary, as slices of an engine's persistent buffers are
-        (Triton specialises on pointer alignment: views at odd offsets would
-        compile other variants as T changes)."""
+        device-side time); each persistent tensor starts on a 16-byte
+        boundary, as an allocator hands them out, so an input is unaligned
+        exactly where its placement puts it off one (Triton specialises on
+        pointer alignment). ``memory`` is that copy, for
+        :func:`~c128a.step.inputs.check_inputs_unchanged`."""
         rows = len(self.block_table)
         width = self.table_width
         stride = max(self.block_table_row_stride, width, 1)
-        num_tokens = len(self.positions)
-        num_requests = len(self.token_to_req_indices)
         wide_rows = max(rows, 1)
         # array() converts a flat sequence of Python ints in C, far faster
         # than torch.tensor on nested tuples; it raises OverflowError for a
         # value outside the dtype, as torch.tensor does.
-        longs = array("q", self.positions)
-        longs.extend([0] * (-num_tokens % 2))
-        slots_start = len(longs)
-        longs.extend(self.slot_mapping)
-        longs.extend([0] * (-len(longs) % 2))
-        ints = array("i", self.token_to_req_indices)
-        ints.extend([0] * (-num_requests % 4))
-        table_start = len(ints)
-        if not isinstance(self.block_table, PermutedBlockTable):
+        values = {
+            "positions": array("q", self.positions).tobytes(),
+            "slot_mapping": array("q", self.slot_mapping).tobytes(),
+            "token_to_req_indices": array("i", self.token_to_req_indices).tobytes(),
+        }
+        if isinstance(self.block_table, PermutedBlockTable):
+            values["block_table"] = _permuted_table_bytes(
+                self.block_table, wide_rows, stride, self.table_junk)
+        else:
+            table = array("i")
             junk = [self.table_junk] * (stride - width)
             for row in self.block_table:
-                ints.extend(row)
-                ints.extend(junk)
-            ints.extend([self.table_junk] * ((wide_rows - rows) * stride))
-        packed = bytearray(longs)
-        split = len(packed)
-        packed += ints
-        if isinstance(self.block_table, PermutedBlockTable):
-            packed += _permuted_table_bytes(self.block_table, wide_rows, stride, self.table_junk)
-        on_device = upload(torch.frombuffer(packed, dtype=torch.uint8), device)
-        longs_device = on_device[:split].view(torch.int64)
-        ints_device = on_device[split:].view(torch.int32)
-        wide = ints_device[table_start:].view(wide_rows, stride)
+                table.extend(row)
+                table.extend(junk)
+            table.extend([self.table_junk] * ((wide_rows - rows) * stride))
+            values["block_table"] = table.tobytes()
+        extents = {
+            "positions": len(self.positions), "slot_mapping": len(self.slot_mapping),
+            "token_to_req_indices": len(self.token_to_req_indices),
+            "block_table": wide_rows * stride,
+        }
+        layout = InputLayout.of(self.inputs, extents, (rows, width, stride, wide_rows))
+        host = torch.from_numpy(layout.pack(values))
+        on_device = upload(host, device)
+        views = {}
+        for region in layout.regions:
+            dtype = torch.int64 if region.item == 8 else torch.int32
+            elements = on_device[region.start : region.stop].view(dtype)
+            views[region.name] = elements[region.offset : region.offset + region.extent]
+        wide = views["block_table"].view(wide_rows, stride)
         return BatchTensors(
-            positions=longs_device[:num_tokens],
-            token_to_req_indices=ints_device[:num_requests],
+            positions=views["positions"],
+            token_to_req_indices=views["token_to_req_indices"],
             block_table=wide[:rows, :width],
-            slot_mapping=longs_device[slots_start : slots_start + len(self.slot_mapping)],
+            slot_mapping=views["slot_mapping"],
+            memory=InputMemory(on_device, host, layout),
         )
 
     def build_args(
@@ -477,10 +562,14 @@ def _permuted_table_bytes(table: PermutedBlockTable, rows: int, stride: int, jun
 
 @dataclass
 class BatchTensors:
+    """The builder's tensor inputs; ``memory`` the persistent tensors they
+    are slices of, as uploaded (None: tensors of their own, unchecked)."""
+
     positions: torch.Tensor
     token_to_req_indices: torch.Tensor
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
+    memory: InputMemory | None = field(default=None, repr=False)
 
 
 # ---------------------------------------------------------------- assembling a step

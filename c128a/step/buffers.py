@@ -297,12 +297,26 @@ def results_on_host(*results: BuildResult) -> list[BuildResult]:
 
 
 def tuple_of_views(views) -> Views:
-    """A target's returned triple as :class:`~c128a.contract.Views`."""
+    """A target's returned triple as :class:`~c128a.contract.Views`: three
+    int32 tensors, or the ``views`` violation saying what came instead (every
+    check reads them as tensors: None, a list or another dtype would fail
+    inside the check's own code rather than as the target's)."""
     try:
-        return Views(*views)
+        views = Views(*views)
     except TypeError:
         raise InvariantViolation(
             "views",
             f"build_c128a_topk_metadata returned {type(views).__name__} {views!r:.100}, not "
             "the three views (global_decode, decode_lens, prefill_local)",
         ) from None
+    for name, view in views._asdict().items():
+        if not isinstance(view, torch.Tensor):
+            shown = repr(view) if len(repr(view)) <= 60 else repr(view)[:57] + "..."
+            raise InvariantViolation(
+                "views", f"build_c128a_topk_metadata returned {name} as a {type(view).__name__} "
+                f"({shown}), not a tensor: each view is an int32 tensor over its buffer")
+        if view.dtype != torch.int32:
+            raise InvariantViolation(
+                "views", f"build_c128a_topk_metadata returned {name} with dtype {view.dtype}, "
+                "expected int32: each view is an int32 tensor over its buffer")
+    return views

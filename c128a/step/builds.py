@@ -1,7 +1,10 @@
 """One build of a step into its buffers.
 
-:func:`build` runs a target on a step and wraps whatever the target's code
-raises as :class:`~c128a.failures.TargetRaised`; :func:`oracle_build` runs
+:func:`build` runs a target on a step, wraps whatever the target's code
+raises as :class:`~c128a.failures.TargetRaised`, and checks that the build
+left its inputs as it found them
+(:func:`~c128a.step.inputs.check_inputs_unchanged`: every property, the
+serving loop and the replay harness build through here); :func:`oracle_build` runs
 the oracle, whose refusal means the suite drew a step outside the contract
 (:class:`~c128a.failures.HarnessError`). Both meet the step
 (:mod:`.batch`) and its buffers (:mod:`.buffers`) here, above both.
@@ -16,6 +19,7 @@ from ..contract import SLOTS, write_metadata
 from ..failures import HarnessError, call_target
 from .batch import Batch
 from .buffers import Buffers, BuildResult, tuple_of_views
+from .inputs import check_inputs_unchanged
 
 
 def build(
@@ -28,15 +32,21 @@ def build(
 ) -> BuildResult:
     """Run ``target``'s builder on ``batch`` at ``width`` (the batch's own by
     default) into ``buffers`` (fresh, poisoned with :data:`~.buffers.POISON`,
-    by default). What the target raises is a :class:`~c128a.failures.TargetRaised`."""
+    by default). What the target raises is a :class:`~c128a.failures.TargetRaised`;
+    a build that changes its inputs (or the persistent tensors around them)
+    fails ``inputs_unchanged`` (:class:`~c128a.failures.InvariantViolation`)."""
     width = batch.width if width is None else width
     if buffers is None:
         buffers = Buffers.for_batch(batch, device)
-    args = batch.build_args(batch.tensors(device), buffers, width)
+    tensors = batch.tensors(device)
+    args = batch.build_args(tensors, buffers, width)
     with phases.phase("target"):
         views = call_target(
             "target_raised", "build_c128a_topk_metadata", target.build_c128a_topk_metadata, *args
         )
+    check_inputs_unchanged(
+        tensors.memory, f"W={width}, capacity={batch.capacity}, T={batch.num_tokens}, "
+        f"num_decode_tokens={batch.num_decode_tokens}")
     return BuildResult(batch=batch, width=width, views=tuple_of_views(views), buffers=buffers)
 
 

@@ -12,14 +12,18 @@ The buffers are allocated once per engine, so the earlier step cannot have
 had another :class:`~c128a.step.BufferLayout` of the same memory; what it
 can have had is another placement of its two 2-D buffers in it: the decode
 and prefill buffers used the other way round (a workspace that hands two
-equal scratch buffers out in either order), or views starting
-``row_offset`` rows into them (a workspace slice handed out further on).
+equal scratch buffers out in either order), views starting
+``row_offset`` rows into them (a workspace slice handed out further on), or
+views at the same addresses with another geometry (``columns``: a freed
+workspace handed to a step of another capacity, its rows another row stride
+apart; a builder that keeps anything per buffer address must notice).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from .schema import Range
 
@@ -36,8 +40,11 @@ class PriorStep:
     rows, prefill rows, compress ratio R and block size B (a layer of
     another geometry), and where its buffers sat in this step's memory:
     ``swapped`` (its decode buffer was this step's prefill buffer and the
-    other way round) and ``row_offset`` (its row 0 was this step's row
-    ``row_offset``). Its width is the step's ``prior_width``.
+    other way round), ``row_offset`` (its row 0 was this step's row
+    ``row_offset``) and ``columns`` (its 2-D buffers had this many columns,
+    dense rows that far apart, from the same first address as this step's:
+    another capacity and row stride at a reused address; 0: this step's
+    geometry). Its width is the step's ``prior_width``.
 
     Each field's annotation is its JSON schema (:mod:`c128a.step.schema`).
     """
@@ -48,6 +55,15 @@ class PriorStep:
     block_size: Annotated[int, Range(1, 1 << 16)]
     swapped: bool = False
     row_offset: Rows = 0
+    columns: Annotated[int, Range(0, 1 << 17)] = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field; ``columns`` left out where 0, so a history recorded
+        before it existed writes what it wrote then (case names, seeds)."""
+        data = dataclasses.asdict(self)
+        if not self.columns:
+            del data["columns"]
+        return data
 
     @property
     def num_tokens(self) -> int:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,8 +47,8 @@ from ..contract import (
     SLOTS,
     WIDTH_ALIGNMENT,
     padding_rows_of,
-    policy,
     target_capacity,
+    target_reachable_widths,
     target_width,
 )
 from ..contract.validation import check, check_positive_int
@@ -57,6 +56,7 @@ from ..failures import HarnessError
 from ..step import (
     MAX_BUFFER_ELEMENTS,
     MAX_BUFFER_ROWS,
+    MAX_CASE_MODEL_LEN,
     Batch,
     BufferLayout,
     PaddingToken,
@@ -66,6 +66,15 @@ from ..step import (
     page_modulus,
 )
 from .budget import ENGINE_TOKENS, MAX_REQUESTS, SizeBudget
+from .engine_inputs import (
+    BEYOND_CAPS_CAPACITY,
+    BEYOND_CAPS_TOKENS,
+    ENGINE_INPUT_BYTES,
+    EngineInputs,
+    applied,
+    beyond_caps_length,
+    decode_inputs,
+)
 from .reach import floors_wrong, is_power_of_two, layout_bucket
 from .pairs import PAIRS
 from .schedule import NO_STEER, Steer, schedule
@@ -501,6 +510,7 @@ def batches(
     budget: SizeBudget | None = None,
     layouts: bool = True,
     prior_widths: bool = False,
+    beyond_caps: bool = True,
 ) -> st.SearchStrategy[Batch]:
     """One engine step as a :class:`~c128a.step.Batch`, the main entry point.
 
@@ -534,7 +544,14 @@ def batches(
       their columns, or all three in one allocation (:class:`~c128a.step.BufferLayout`);
     - with ``prior_widths`` the step records the width of the step built
       into its buffers before it (``prior_width``: narrower, the same, wider
-      or the widest), for ``history_independent``.
+      or the widest), for ``history_independent``;
+    - inputs as an engine hands them (:mod:`.engine_inputs`): each input a
+      slice of a persistent tensor at a storage offset, 16-byte aligned or
+      not; slot ids of KV pages, past 2^31 too; block-table rows sharing
+      their leading pages, from page 0 or not; a decode buffer wider than
+      the prefill buffer; and, with ``beyond_caps`` (the default), one
+      unsteered small step in 16 past the engine's caps (up to 4 tokens,
+      positions past 2^20, capacities up to 16,384).
 
     Shrinks towards T = 0 at max_model_len 81,920 (C = 640, so W = 128 < C):
     no requests, short sequences, identity page numbers, no padding, the
@@ -582,6 +599,7 @@ def batches(
         budget=budget,
         layouts=layouts,
         prior_widths=prior_widths,
+        beyond_caps=beyond_caps,
     )
 
 
@@ -602,6 +620,7 @@ def _batches(
     budget,
     layouts,
     prior_widths,
+    beyond_caps,
 ) -> Batch:
     # What differs from the engine's usual step comes first, in its own
     # bytes: zeros give the small step, the engine's R and B, fresh buffers.
@@ -615,13 +634,24 @@ def _batches(
     # is drawn, only what the bytes decode to (.schedule says why).
     unsteered = plan(NO_STEER)
     records = draw(st.binary(min_size=unsteered.records_size, max_size=unsteered.records_size))
+    # Inputs as an engine hands them (.engine_inputs), in bytes drawn last:
+    # an earlier choice sequence decodes to the step it did, these at zero.
+    engine = is_engine_scale(shape[0], budget)
+    row = schedule_row(shape, layout_bytes, engine)
+    extras = decode_inputs(
+        draw(st.binary(min_size=ENGINE_INPUT_BYTES, max_size=ENGINE_INPUT_BYTES)),
+        # Past the caps: small steps of a model length of their own (a
+        # steer whose cells the step is not in builds the steered step).
+        beyond_allowed=beyond_caps and not engine and max_model_len is None,
+    )
+    if extras.beyond_caps:
+        unsteered = plan(NO_STEER, beyond=extras.beyond_value)
     decode = functools.partial(
         _decoded, records=records, target=target, width=width,
         widths=widths, padding=padding, max_buffer_rows=max_buffer_rows, layouts=layouts,
-        prior_widths=prior_widths)
+        prior_widths=prior_widths, extras=extras)
     batch = decode(unsteered)
-    unmet = _unmet(schedule_row(shape, layout_bytes, is_engine_scale(shape[0], budget)),
-                   batch, budget)
+    unmet = _unmet(row, batch, budget)
     return decode(plan(unmet)) if unmet else batch
 
 
@@ -643,14 +673,24 @@ def _unmet(row: Steer, batch: Batch, budget: SizeBudget | None) -> Steer:
 
 
 def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buffer_rows,
-             layouts, prior_widths) -> Batch:
+             layouts, prior_widths, extras: EngineInputs = EngineInputs()) -> Batch:
     """The step ``plan`` and the request ``records`` describe: requests,
-    width, padding, block table and buffers read from the layout's bytes."""
+    width, padding, block table and buffers read from the layout's bytes,
+    the inputs placed and valued as ``extras`` says (:mod:`.engine_inputs`)."""
     steer, scale, ratio, layout = plan.steer, plan.scale, plan.ratio, plan.layout
+    if plan.beyond:
+        # Columns up to 16,384: rows for the step's tokens and tail padding.
+        max_buffer_rows = min(max_buffer_rows, scale.tokens + MAX_QUERY_TOKENS_PER_DECODE)
     model_len, capacity, block_size = plan.model_len, plan.capacity, plan.block_size
     layout_kind, layout_offset, layout_padding, prior_kind, prior_value = plan.shape_rest
     decode, prefill = _requests(_stretched(records, plan.records_size), plan.decode_count,
                                 scale, plan.min_prefill, model_len, ratio, block_size, steer)
+    if plan.beyond:
+        # Past the caps, the first request reaches the model length: its
+        # positions past 2^20 (or its list past 8,192 entries).
+        group = decode or prefill
+        if group:
+            group[0] = _Request(model_len, group[0].query_len)
     real_positions = [p for r in decode + prefill for p in r.step().positions]
     real_requests = [i for i, r in enumerate(decode + prefill) for _ in range(r.query_len)]
     real_tokens = len(real_positions)
@@ -685,8 +725,11 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
         layout, (layout_kind, layout_offset, layout_padding), capacity, num_tokens,
         max_buffer_rows, scale.engine, layouts, steer)
 
-    prior_width = _prior_width(prior_kind, prior_value, width, capacity) if prior_widths else 0
-    return assemble_batch(
+    if getattr(target, "fixed_width", False):
+        prefill_extra = 0  # a fixed-width builder's engine sizes both buffers at C
+    prior_width = (_prior_width(prior_kind, prior_value, width, capacity, target, ratio)
+                   if prior_widths else 0)
+    return applied(assemble_batch(
         [r.step() for r in decode],
         [r.step() for r in prefill],
         block_table=table,
@@ -703,7 +746,7 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
         block_size=block_size,
         buffer_layout=BufferLayout(buffer_offset, row_padding, pooled),
         prior_width=prior_width,
-    )
+    ), extras)
 
 
 @dataclass(frozen=True)
@@ -723,6 +766,7 @@ class _Plan:
     min_prefill: int
     layout: Fields
     shape_rest: tuple[int, int, int, int, int]
+    beyond: bool = False
 
     @property
     def records_size(self) -> int:
@@ -730,23 +774,34 @@ class _Plan:
 
 
 def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_len, small,
-          min_decode_requests, min_prefill_requests, geometries, budget) -> _Plan:
-    """The step's :class:`_Plan` from its shape and layout bytes under ``steer``."""
+          min_decode_requests, min_prefill_requests, geometries, budget,
+          beyond: int | None = None) -> _Plan:
+    """The step's :class:`_Plan` from its shape and layout bytes under
+    ``steer``; with ``beyond`` (a value to draw it from) a model length past
+    the engine's caps, and a few tokens (:mod:`.engine_inputs`)."""
     fields, layout = Fields(shape), Fields(layout_bytes)
     pick, where = fields.uint(1), fields.uint(2)
     scale = _scale(pick, where, budget, small, steer)
+    if beyond is not None:
+        scale = dataclasses.replace(scale, tokens=min(scale.tokens, BEYOND_CAPS_TOKENS),
+                                    max_capacity=BEYOND_CAPS_CAPACITY)
     ratio, block_pick = _geometry(fields, geometries and max_model_len is None,
                                   max_model_len is None, steer)
     shape_rest = (fields.uint(1), fields.uint(1), fields.uint(2), fields.uint(1), fields.uint(1))
     model_len = _model_length(layout, scale, ratio, steer,
                               block_pick[0] if block_pick else BLOCK_SIZE)
+    if beyond is not None:
+        # Spread over the range: C above 8,192, or positions past 2^20.
+        least, most = beyond_caps_length(beyond, ratio)
+        most = min(most, MAX_CASE_MODEL_LEN)
+        model_len = least + (most - least) * beyond // 0xFFFF
     model_len = max_model_len or model_len
     capacity = target_capacity(target, model_len, ratio)
     block_size = _block_size(block_pick[1], block_pick[2], capacity) if block_pick else BLOCK_SIZE
     decode_count, prefill_count, min_prefill = _request_counts(
         layout, scale, model_len, min_decode_requests, min_prefill_requests, steer)
     return _Plan(steer, scale, ratio, model_len, capacity, block_size, decode_count,
-                 prefill_count, min_prefill, layout, shape_rest)
+                 prefill_count, min_prefill, layout, shape_rest, beyond is not None)
 
 
 def _stretched(records: bytes, size: int) -> bytes:
@@ -821,9 +876,10 @@ def _geometry(shape: Fields, always: bool, allowed: bool, steer: Steer):
         ratio_kind = RATIO_KINDS[wanted_ratio]
     if wanted_block is not None:
         block_kind = BLOCK_KINDS[wanted_block]
-    elif wide_table and block_kind > 1:
+    elif wide_table:
         # Hundreds of pages need short blocks and a ratio that leaves
-        # entries enough within the budget's capacity: B = 1 or 2, R = 128.
+        # entries enough within the budget's capacity: B = 1 or 2, R = 128
+        # (a drawn R of thousands, beside B = 1, left a table of a few pages).
         block_kind = block_kind % 2
         ratio_kind = ratio_kind if wanted_ratio is not None else 0
     ratio = _ratio(ratio_kind, ratio_value)
@@ -1063,14 +1119,22 @@ def _width(layout: Fields, target, width, widths: str, max_seq_len: int, ratio: 
             choice = WIDTH_CHOICES[against]
         elif wanted is not None:
             choice = 2
+    # A target bringing its own policy (a fixed-width builder's is W = C) is
+    # drawn only at widths that policy reaches: its engine calls no other.
+    reachable = target_reachable_widths(target, capacity, ratio)
+    own_policy = not getattr(target, "uses_project_policy", True)
+    if choice == 1 and width > WIDTH_ALIGNMENT and own_policy:
+        below = [w for w in reachable if w < width]
+        choice = 2 if not below else choice
+        if below:
+            return below[width_value % len(below)]
     if choice == 1 and width > WIDTH_ALIGNMENT:
         # Narrower than the batch needs: n(t) = min(., W) clamps.
         narrower = width // WIDTH_ALIGNMENT - 1
         return (1 + width_value % narrower) * WIDTH_ALIGNMENT
     if choice >= 1:  # any width the policy can reach, C included
-        reachable = policy.reachable_widths(capacity)
         if against == "C":
-            reachable = [capacity]
+            reachable = [capacity] if not own_policy or capacity in reachable else reachable
         elif against == "wider than the policy's, below C":
             reachable = [w for w in reachable if width < w < capacity] or reachable
         elif wanted is not None:
@@ -1188,15 +1252,17 @@ def _buffer_layout(kind: int, offset: int, padding: int, capacity: int, drawn: b
     }.get(kind, (0, 0, False))
 
 
-def _prior_width(kind: int, value: int, width: int, capacity: int) -> int:
+def _prior_width(kind: int, value: int, width: int, capacity: int, target=None,
+                 ratio: int = COMPRESS_RATIO) -> int:
     """The width of the step built before this one into its buffers
     (``history_independent``): 0 (the widest the buffers allow) for a third
-    of the kinds, this step's own W for a third, else any width the policy
-    can reach for C, narrower or wider than W."""
+    of the kinds, this step's own W for a third, else any width the
+    target's policy can reach for C, narrower or wider than W."""
     kind %= 3
     if kind == 1:
         return width
-    reachable = [w for w in policy.reachable_widths(capacity) if w % WIDTH_ALIGNMENT == 0]
+    reachable = [w for w in target_reachable_widths(target, capacity, ratio)
+                 if w % WIDTH_ALIGNMENT == 0]
     if kind == 0 or not reachable:
         return 0
     return reachable[value % len(reachable)]

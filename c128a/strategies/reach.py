@@ -21,7 +21,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..contract import WIDTH_ALIGNMENT, capacity_width, policy
-from ..step import Batch
+from ..step import Batch, PermutedBlockTable
 
 SEPARATOR = ": "
 
@@ -271,6 +271,165 @@ def _width_history(batch: Batch) -> str | None:
 WIDTH_HISTORY = "width history"
 
 
+# ---------------------------------------------------------------- inputs as an engine hands them
+# The step's inputs as slices of an engine's persistent tensors, and the
+# values a real engine puts in them (Batch.inputs, slot_mapping,
+# block_table; c128a.step.inputs). Each docstring names the other
+# dimensions that constrain it: buckets that cannot occur beside another.
+
+PLACEMENT_BUCKETS = ("offset 0", "offset, 16-byte aligned", "offset, not 16-byte aligned")
+
+
+def _placement(name: str, read: Callable[[Batch], bool]) -> Callable[[Batch], str | None]:
+    """Where input ``name`` starts in its persistent tensor: at its start,
+    at a 16-byte aligned storage offset, or off a 16-byte boundary (Triton
+    keys a pointer on its alignment: another compiled variant and another
+    code path). None where the step reads nothing of it (``read`` false)."""
+
+    def bucket_of(batch: Batch) -> str | None:
+        if not read(batch):
+            return None
+        if not batch.inputs.offset(name):
+            return PLACEMENT_BUCKETS[0]
+        return PLACEMENT_BUCKETS[1 if batch.inputs.aligned(name) else 2]
+
+    return bucket_of
+
+
+INPUT_PLACEMENT: tuple[Dimension, ...] = (
+    Dimension("positions placement", PLACEMENT_BUCKETS,
+              _placement("positions", lambda b: b.num_tokens > 0)),
+    Dimension("token_to_req_indices placement", PLACEMENT_BUCKETS,
+              _placement("token_to_req_indices", lambda b: b.num_tokens > 0)),
+    Dimension("slot_mapping placement", PLACEMENT_BUCKETS,
+              _placement("slot_mapping", lambda b: b.num_tokens > 0)),
+    Dimension("block table placement", PLACEMENT_BUCKETS,
+              _placement("block_table", lambda b: b.num_decode_tokens > 0)),
+)
+"""Where each input sits in its persistent tensor. Constraints: a step of
+no tokens ("tokens T: 0") reads no input, so it has no bucket here; the
+block table's placement has none beside "decode rows: 0" (no decode token
+reads the table). Every other bucket may occur beside any other."""
+
+INT32_LIMIT = 2**31
+
+
+def _slot_ids(batch: Batch) -> str | None:
+    """What the real tokens' slot ids are: the token's position (the
+    strategies' ids before engine-shaped ones), or a KV page's slot, page id
+    x page size + offset, unrelated to the position, below 2^31 or at and
+    past it (``slot_mapping`` is int64: a large KV cache). Constraints: none
+    where no token has a slot (T = 0, or every token a padding token);
+    "2^31 and above" needs a real token, so not beside "tokens T: 0"."""
+    t = batch.num_tokens
+    real = [(s, p) for s, p in zip(batch.slot_mapping[:t], batch.positions) if s >= 0]
+    if not real:
+        return None
+    if any(s >= INT32_LIMIT for s, _ in real):
+        return "a page's slot, 2^31 and above"
+    if any(s != p for s, p in real):
+        return "a page's slot, below 2^31"
+    return "the token's position"
+
+
+def pages_read(batch: Batch) -> dict[int, int]:
+    """Block-table row -> how many of its leading pages the step's decode
+    tokens read at its width (ceil(n(t) / B) of the row's longest token)."""
+    reads: dict[int, int] = {}
+    for t in range(batch.num_decode_tokens):
+        n = min((batch.positions[t] + 1) // batch.compress_ratio, batch.width)
+        row = batch.token_to_req_indices[t]
+        reads[row] = max(reads.get(row, 0), -(-n // batch.block_size))
+    return reads
+
+
+def _shared_pages(batch: Batch) -> str | None:
+    """Whether two decode requests read one page (prefix caching shares a
+    prompt's leading pages), and whether that page is page 0 (vLLM's null
+    block). Constraints: none without a decode token ("decode rows: 0");
+    sharing needs two decode requests that each read a page, so no shared
+    bucket beside "requests: 1" or "longest list n(t): 0 (every length 0)"."""
+    if batch.num_decode_tokens == 0:
+        return None
+    reads = {row: count for row, count in pages_read(batch).items() if count}
+    table = batch.block_table
+    shared: set[int] = set()
+    if isinstance(table, PermutedBlockTable):
+        leading = sorted((min(count, table.shared) for count in reads.values()), reverse=True)
+        if len(leading) >= 2 and leading[1]:
+            # The k whose page is 0 (the permutation's inverse), among those read twice?
+            null = -table.offset * pow(table.scale, -1, table.prime) % table.prime
+            shared = {0} if null < leading[1] else {-1}
+    else:
+        owner: dict[int, int] = {}
+        for row, count in reads.items():
+            for page in table[row][:count]:
+                if owner.setdefault(page, row) != row:
+                    shared.add(page)
+    if not shared:
+        return "unique pages"
+    return "the null block 0, shared" if 0 in shared else "shared leading pages"
+
+
+FAR_POSITION = 1 << 20
+
+
+def _first_position(batch: Batch) -> str | None:
+    """The largest first scheduled position among the step's requests: every
+    request from position 0 (a new prompt), or one scheduled from far into
+    its sequence (a prefix-cache hit, a later chunk of a chunked prefill,
+    a decode), up to 2^20 or at and past it (past the engine's 1M context).
+    Constraints: none without a real token; "2^20 and more" needs
+    max_model_len > 2^20, so C = ceil(L / R) rounded up needs R >= 64 for a
+    capacity the strategies afford (16,384 columns): not beside "compress
+    ratio R: 1" nor "capacity past 8,192: up to 8,192" at R <= 128."""
+    first: dict[int, int] = {}
+    for t in range(batch.num_tokens):
+        if batch.slot_mapping[t] >= 0:
+            request = batch.token_to_req_indices[t]
+            first[request] = min(first.get(request, batch.positions[t]), batch.positions[t])
+    if not first:
+        return None
+    latest = max(first.values())
+    if latest == 0:
+        return "0 (every request from its start)"
+    return "1-1,048,575" if latest < FAR_POSITION else "1,048,576 and more"
+
+
+ENGINE_CAPACITY = 8_192
+
+
+def _capacity_past(batch: Batch) -> str:
+    """C against the engine's largest (8,192 at 1M context, R = 128): the
+    contract bounds neither max_model_len nor R, so C = 16,384 at R = 64 and
+    1M. Constraints: "above 8,192" not beside "capacity C: 128"."""
+    return "up to 8,192" if batch.capacity <= ENGINE_CAPACITY else "above 8,192"
+
+
+def _buffer_widths(batch: Batch) -> str:
+    """The decode and prefill buffers' column counts: the same, the prefill
+    buffer wider, or the decode buffer wider (the contract asks only
+    0 < W <= both). Constraints: none; a step of no tokens still has both
+    buffers."""
+    extra = batch.prefill_extra_columns
+    return "the same" if extra == 0 else "prefill wider" if extra > 0 else "decode wider"
+
+
+ENGINE_VALUES: tuple[Dimension, ...] = (
+    Dimension("slot ids", ("the token's position", "a page's slot, below 2^31",
+                           "a page's slot, 2^31 and above"), _slot_ids),
+    Dimension("shared pages", ("unique pages", "shared leading pages",
+                               "the null block 0, shared"), _shared_pages),
+    Dimension("first scheduled position", ("0 (every request from its start)", "1-1,048,575",
+                                           "1,048,576 and more"), _first_position),
+    Dimension("capacity past 8,192", ("up to 8,192", "above 8,192"), _capacity_past),
+    Dimension("buffer widths", ("the same", "prefill wider", "decode wider"), _buffer_widths),
+)
+"""The values and geometry an engine hands the builder beyond the usual
+step: slot ids of KV pages, shared pages, positions and capacities past the
+engine's caps, decode and prefill buffers of different widths."""
+
+
 # ---------------------------------------------------------------- shape history
 # The step against the shape of the one built before it into the same
 # buffers (Batch.prior, c128a.strategies.shape_history; no prior: the same
@@ -339,6 +498,17 @@ def _geometry_history(batch: Batch) -> str | None:
             (False, True): "another B", (True, True): "another R and B"}[ratio, block]
 
 
+def _address_reuse(batch: Batch) -> str | None:
+    """Whether the earlier step's buffers sat at this step's addresses with
+    another row stride and width (``PriorStep.columns``: a freed workspace
+    handed to a step of another capacity). Constraints: none without tokens;
+    either bucket beside any other history bucket."""
+    if batch.num_tokens == 0:
+        return None
+    reused = batch.prior is not None and batch.prior.columns
+    return "another row stride at the same address" if reused else "same geometry"
+
+
 SHAPE_HISTORY: tuple[Dimension, ...] = (
     Dimension("decode rows history", ROW_HISTORY_BUCKETS,
               _rows_history(lambda step: step.num_decode_tokens)),
@@ -349,6 +519,8 @@ SHAPE_HISTORY: tuple[Dimension, ...] = (
                                  "buffers from a row offset"), _layout_history),
     Dimension("geometry history", ("same R and B", "another R", "another B",
                                    "another R and B"), _geometry_history),
+    Dimension("address reuse", ("same geometry", "another row stride at the same address"),
+              _address_reuse),
 )
 """The shape-history dimensions, at the end of :data:`DIMENSIONS`."""
 
@@ -389,6 +561,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
               _capacity),
     Dimension("model length", ("a multiple of R", "not a multiple of R, rounding down changes C",
                                "not a multiple of R, C the same either way"), _model_length),
+    *INPUT_PLACEMENT,
+    *ENGINE_VALUES,
     Dimension(WIDTH_HISTORY, ("same W", "narrower than the last build",
                               "wider than the last build"), _width_history),
     *SHAPE_HISTORY,
@@ -417,9 +591,12 @@ CONSUMER_REACH: Exclusions = MappingProxyType({
     "tokens T": ("1,025-8,192", "above 8,192"),
     "requests": ("17-256", "257-512"),
     "elements T x W": ("1,048,577-8,388,608", "above 8,388,608"),
+    "capacity past 8,192": ("above 8,192",),
+    "first scheduled position": ("1,048,576 and more",),
 })
 """What the consumer pipeline does not reach: its steps have no history,
-and no engine-scale step (its consumers launch per token)."""
+no engine-scale step and none past the engine's caps (its consumers launch
+per token, over up to 16,384 columns: seconds a step under the interpreter)."""
 
 
 REPLAY_REACH: Exclusions = MappingProxyType({

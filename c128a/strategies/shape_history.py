@@ -5,10 +5,12 @@
 rows and prefill rows than the step (within its 64-row block or across
 one), so more or fewer tokens, a compress ratio and block size of another
 layer, and its buffers placed otherwise in the same memory (swapped, from a
-row offset). Each part is the same as the step's for one draw in
-:data:`KINDS` or so; the buffers grow by the rows the earlier step needs,
-within what a case may hold. Shrinks towards the step's own shape (every
-kind 0) and no row offset.
+row offset), and now and then at the step's own addresses with another
+row stride and width (a freed workspace reused by a step of another
+capacity, :data:`REUSE_ONE_IN`). Each part is the same as the step's for
+one draw in :data:`KINDS` or so; the buffers grow by the rows the earlier
+step needs, within what a case may hold. Shrinks towards the step's own
+shape (every kind 0) and no row offset.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
+from ..contract import WIDTH_ALIGNMENT
 from ..step import MAX_BUFFER_ELEMENTS, MAX_BUFFER_ROWS, Batch, PriorStep
 from .history import engine_batch
 from .layout import Fields
@@ -48,6 +51,10 @@ each row costs a build under Triton's interpreter."""
 MAX_ROW_OFFSET = 80
 """The furthest an earlier step's buffers start into the step's (rows):
 past one 64-row block."""
+
+REUSE_ONE_IN = 3
+"""One earlier step in this many had its buffers at the step's addresses
+with another row stride and width (:attr:`~c128a.step.PriorStep.columns`)."""
 
 
 def _rows(kind: int, value: int, rows: int) -> int:
@@ -105,7 +112,7 @@ def with_shape_history(draw, steps: st.SearchStrategy[Batch]) -> Batch:
     placement = placement_kind % 3
     offset = 1 + values[3] % MAX_ROW_OFFSET if placement == 2 else 0
     prior = PriorStep(decode, prefill, ratio, block, swapped=placement == 1, row_offset=offset)
-    row = batch.capacity + batch.prefill_extra_columns + batch.buffer_row_padding
+    row = batch.capacity + max(batch.prefill_extra_columns, 0) + batch.buffer_row_padding
     most_rows = min(MAX_BUFFER_ROWS, MAX_BUFFER_ELEMENTS // row)
     if prior.rows_needed > most_rows:
         prior = dataclasses.replace(
@@ -113,7 +120,42 @@ def with_shape_history(draw, steps: st.SearchStrategy[Batch]) -> Batch:
             num_prefill_tokens=batch.num_prefill_tokens, row_offset=0,
         )
     rows = max(batch.buffer_rows, prior.rows_needed)
-    return dataclasses.replace(batch, buffer_rows=rows, prior=prior)
+    batch = dataclasses.replace(batch, buffer_rows=rows, prior=prior)
+    # The split's byte reads its lowest bit only: the reuse is read from the
+    # others, so no byte is drawn for it and earlier draws keep their history.
+    reuse = split_kind >> 1
+    if reuse % REUSE_ONE_IN == REUSE_ONE_IN - 1:
+        batch = at_the_same_addresses(batch, reuse // REUSE_ONE_IN)
+    return batch
+
+
+def at_the_same_addresses(batch: Batch, value: int) -> Batch:
+    """``batch`` whose earlier step had its buffers at the step's addresses
+    as dense rows of another column count (another capacity: another row
+    stride and width; ``value``'s low bit picks narrower or wider, its next
+    bit by how many 128-column tiles), at a width those columns hold, the
+    buffers grown to hold its rows; ``batch`` itself where they cannot."""
+    prior = batch.prior
+    pad = batch.buffer_row_padding
+    widths = (batch.capacity, batch.capacity + batch.prefill_extra_columns)
+    strides = [w + pad for w in widths]
+    tiles = 1 + (value >> 1) % 2
+    columns = (min(strides) // WIDTH_ALIGNMENT - tiles) * WIDTH_ALIGNMENT
+    if value % 2 or columns < WIDTH_ALIGNMENT:
+        columns = (max(strides) // WIDTH_ALIGNMENT + tiles) * WIDTH_ALIGNMENT
+    prior_width = batch.prior_width
+    if batch.earlier_width > columns:
+        prior_width = columns
+    needed = max(prior.num_decode_tokens, prior.num_prefill_tokens)
+    rows = max(
+        [batch.buffer_rows]
+        + [prior.row_offset + 1 + max(-(-(needed * columns - w) // s), 0)
+           for w, s in zip(widths, strides)]
+    )
+    if rows > MAX_BUFFER_ROWS or rows * (max(widths) + pad) > MAX_BUFFER_ELEMENTS:
+        return batch
+    return dataclasses.replace(batch, buffer_rows=rows, prior_width=prior_width,
+                               prior=dataclasses.replace(prior, columns=columns))
 
 
 def _after(batch: Batch, prior: PriorStep, prior_width: int) -> Batch:

@@ -11,6 +11,8 @@ Specs (the same for pytest's ``--c128a-target``, ``C128A_TARGET`` and the CLI's
 - ``vllm-release:VERSION`` or ``vllm-release:PATH``: the builder as a vLLM
   release's wheel ships it, read without installing vLLM
   (:mod:`c128a.targets.vllm_release`);
+- ``vllm-source:PATH[@REF]``: the builder and its consumers as a vLLM
+  checkout holds them at any git revision (:mod:`c128a.targets.vllm_source`);
 - ``MODULE:ATTR`` or ``MODULE``: any importable object with a
   ``build_c128a_topk_metadata`` callable (vLLM's signature) and the optional
   attributes :class:`~c128a.targets.target.Target` reads.
@@ -30,10 +32,11 @@ import os
 from collections.abc import Mapping
 
 from ..contract import check_padding_rows
-from ..failures import TargetSpecError, TargetUnavailable, UsageError, one_line
+from ..failures import TargetSpecError, TargetUnavailable, UsageError, is_runner_stop, one_line
 from ..options import DEFAULT_TARGET, PADDING_ROWS_ENV, TARGET_ENV
 from .target import Target, held_to
 from .vllm_release import is_vllm_release_spec, load_vllm_release
+from .vllm_source import is_vllm_source_spec, load_vllm_source
 
 VLLM_MODULE = "vllm.models.deepseek_v4.sparse_mla"
 BUILTIN_TARGETS = {
@@ -49,13 +52,31 @@ DECLARED = "declared by the target"
 
 
 def resolve_spec(option_value: str | None, option: str = "--c128a-target") -> tuple[str, str]:
-    """(spec, where it came from): the option wins over the environment."""
-    if option_value:
-        return option_value.strip(), option
-    env_value = os.environ.get(TARGET_ENV, "").strip()
-    if env_value:
-        return env_value, f"${TARGET_ENV}"
+    """(spec, where it came from): the option wins over the environment. A
+    value that is given but empty or blank (``--c128a-target=$SPEC`` with
+    ``$SPEC`` unset, ``C128A_TARGET=``) is a :class:`~c128a.failures.TargetSpecError`:
+    it names no target, and testing the default in its place would pass for
+    the target meant."""
+    if option_value is not None:
+        return given_spec(option_value, option), option
+    env_value = os.environ.get(TARGET_ENV)
+    if env_value is not None:
+        return given_spec(env_value, f"${TARGET_ENV}"), f"${TARGET_ENV}"
     return DEFAULT_TARGET, "default"
+
+
+def given_spec(value: str, origin: str) -> str:
+    """``value`` stripped; refused when nothing is left, naming ``origin``."""
+    spec = value.strip()
+    if not spec:
+        leave_out = (f"unset {origin[1:]}" if origin.startswith("$")
+                     else f"leave {origin} out")
+        raise TargetSpecError(
+            f"{origin}={value!r} names no target (an unset variable in a command line gives "
+            f"this); name one ({', '.join(BUILTIN_TARGETS)}, vllm-release:VERSION, MODULE or "
+            f"MODULE:ATTR), or {leave_out} to test the default, {DEFAULT_TARGET}"
+        )
+    return spec
 
 
 def resolve_padding_rows(
@@ -88,7 +109,11 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
             f"{what} {spec!r}: cannot import module {module_name!r} ({exc}); "
             "is it on sys.path (PYTHONPATH)?"
         ) from exc
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the module's own code raised
+    except BaseException as exc:  # noqa: BLE001 - the module's own code raised
+        # Not only an Exception: SystemExit, pytest's Skipped (importorskip at
+        # the top of a kernel repository's module), GeneratorExit, a class of its own.
+        if is_runner_stop(exc):
+            raise  # Ctrl-C, or a signal to the run: the front end says so in one line
         raise error(
             f"{what} {spec!r}: importing module {module_name!r} raised {one_line(exc)}; "
             "fix the module or name another"
@@ -98,7 +123,9 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
             obj = getattr(obj, part)
         except AttributeError as exc:
             raise error(f"{what} {spec!r}: {module_name!r} has no attribute {attr_path!r}") from exc
-        except Exception as exc:  # noqa: BLE001 - a property or __getattr__ raised
+        except BaseException as exc:  # noqa: BLE001 - a property or __getattr__ raised
+            if is_runner_stop(exc):
+                raise
             raise error(
                 f"{what} {spec!r}: reading attribute {part!r} of {module_name!r} raised "
                 f"{one_line(exc)}; fix the module or name another"
@@ -127,12 +154,16 @@ def load_target(spec: str, padding_rows: str | None = None) -> Target:
 def _load(spec: str) -> Target:
     if is_vllm_release_spec(spec):
         return load_vllm_release(spec)
+    if is_vllm_source_spec(spec):
+        return load_vllm_source(spec)
     if spec == "vllm":
         try:
             module = importlib.import_module(VLLM_MODULE)
         except ImportError as exc:
             raise TargetUnavailable(f"vllm target not importable: {exc!r}") from exc
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - vLLM's own import raised
+        except BaseException as exc:  # noqa: BLE001 - vLLM's own import raised
+            if is_runner_stop(exc):
+                raise
             raise TargetUnavailable(
                 f"vllm target: importing {VLLM_MODULE} raised {one_line(exc)}"
             ) from exc

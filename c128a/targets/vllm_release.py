@@ -67,6 +67,11 @@ CONSUMERS_MODULE = "c128a.kernels.vllm_consumers"
 PIP_TIMEOUT_S = 1800
 VERSION_RE = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 """A public release version (PEP 440, without epoch or local part)."""
+WIDTHS_ENV = "C128A_VLLM_WIDTHS"
+"""fixed, adaptive or auto: how vLLM's engine calls the builder (auto:
+recognised from the source's engine call)."""
+AUTO = "auto"
+WIDTHS_CHOICES = (AUTO, "fixed", "adaptive")
 VERSION_KEY = "vllm-version"
 SOURCE_VERSION = "source"
 """The version an extract of a source file (not a release) records."""
@@ -203,8 +208,10 @@ def _from_source_file(spec: str, path: Path) -> Target:
     folder = cache_root() / PREFIX / f"source-{digest}"
     fault = _cache_fault(folder, SOURCE_VERSION)
     if fault is not None:
-        made = _made_extract(spec, source, str(path.resolve()), {VERSION_KEY: SOURCE_VERSION},
-                             SOURCE_VERSION)
+        origin = str(path.resolve())
+        made = _made_extract(spec, source, origin,
+                             {VERSION_KEY: SOURCE_VERSION,
+                              **engine_widths_header([(origin, source)])}, SOURCE_VERSION)
         with _writing(spec, folder, fault.reason):
             folder.mkdir(exist_ok=True)
             kernels.write_extract(made, folder / EXTRACT_NAME)
@@ -236,7 +243,31 @@ def _target(spec: str, extract: Path, version: str, digest: bool) -> Target:
         raise TargetUnavailable(f"{spec} (vLLM {version}): {exc}") from exc
     consumers, gaps = _consumers_module().load_consumers(extract.parent)
     return Target.from_object(spec, namespace, consumers=consumers,
-                              consumer_gaps=tuple(gaps.items()))
+                              consumer_gaps=tuple(gaps.items()),
+                              **declared_widths(kernels.read_header(extract)))
+
+
+def declared_widths(header: dict[str, str]) -> dict:
+    """The fixed-width declaration of an extract's target (overrides of
+    :meth:`Target.from_object`): ``$C128A_VLLM_WIDTHS`` when it says
+    ``fixed`` or ``adaptive``, else what the extract's header recorded of
+    the source's engine call (:func:`~c128a.kernels.vllm_release.engine_widths`;
+    an extract without that line is held to every width)."""
+    raw = os.environ.get(WIDTHS_ENV, "")
+    choice = raw.strip().lower() or AUTO
+    if choice not in WIDTHS_CHOICES:
+        raise TargetSpecError(
+            f"${WIDTHS_ENV}={raw!r} is not one of {', '.join(WIDTHS_CHOICES)}: fixed (vLLM's "
+            "engine calls the builder at W = C only), adaptive (at widths chosen per step), "
+            "auto (recognised from the source's engine call; the default)"
+        )
+    if choice != AUTO:
+        origin = f"from ${WIDTHS_ENV}={choice}"
+        return {"fixed_width": choice == "fixed", "fixed_width_origin": origin}
+    recognised = _kernels().EngineWidths.from_header(header)
+    if recognised is not None and recognised.kind == _kernels().FIXED:
+        return {"fixed_width": True, "fixed_width_origin": f"recognised: {recognised.reason}"}
+    return {}
 
 
 def _required_names(path: Path, extract: Path) -> tuple[str, ...]:
@@ -399,7 +430,8 @@ def _write_from_wheel(spec: str, wheel: Path, version: str, folder: Path, cached
                 "to download the release again"
             ) from exc
         raise TargetSpecError(f"target spec {spec!r}: cannot read the wheel {wheel} ({exc})") from exc
-    header = {VERSION_KEY: version, "wheel": wheel.name}
+    header = {VERSION_KEY: version, "wheel": wheel.name,
+              **engine_widths_header([(member, source)])}
     made = _made_extract(spec, source, member, header, version)
     folder.mkdir(exist_ok=True)
     _kernels().write_extract(made, folder / EXTRACT_NAME)
@@ -407,6 +439,14 @@ def _write_from_wheel(spec: str, wheel: Path, version: str, folder: Path, cached
         _consumers_module().write_extracts(wheel, folder, header)
     except (zipfile.BadZipFile, UnicodeDecodeError) as exc:
         raise TargetSpecError(f"target spec {spec!r}: cannot read the wheel {wheel} ({exc})") from exc
+
+
+def engine_widths_header(sources) -> dict[str, str]:
+    """The extract header's line recording how the engine in ``sources``
+    ((origin, text) pairs) calls the builder."""
+    kernels = _kernels()
+    recognised = kernels.engine_widths(sources)
+    return {kernels.ENGINE_WIDTHS_KEY: " ".join(recognised.header_value().split())}
 
 
 def _made_extract(spec: str, source: str, origin: str, header: dict[str, str], version: str):

@@ -6,7 +6,11 @@ A worker reports its first failing example before it shrinks it
 kill loses nothing found, and the shrunk one replaces it. A failure is known
 by its case file's name (:func:`~c128a.runners.cases.case_filename`: its
 kind, target, property, inputs and variant), so a failure of another kind or
-target is never taken for one saved before.
+target is never taken for one saved before; a file already at that name
+counts as the case saved only when it reads back as the same case, and any
+other file there keeps its place while the case takes another name
+(:func:`~c128a.runners.cases.save_case`), which the run says. No copy of a
+failure is removed before the case replacing it is on the disk.
 
 A case the cases folder refuses (a full disk, a read-only or vanished
 folder) is written at once to the first fallback folder that takes it
@@ -24,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cases import Case, atomic_write_json, case_filename, write_case
+from ..cases import Case, SavedCase, case_filename, rewrite_case, save_case
 
 UNWRITTEN_FOLDER = "c128a-unwritten-cases"
 
@@ -59,6 +63,7 @@ class CaseBook:
         self.unwritten: list[dict[str, Any]] = []  # entries whose case cases_dir refused
         self.entries: list[dict[str, Any]] = []
         self.seen: set[str] = set()  # the file names of the failures found in this run
+        self.by_name: dict[str, dict[str, Any]] = {}  # file name -> the entry saving it
         # worker -> (file name, report entry) of its unshrunk case; no entry:
         # a failure found before, replayed from the database
         self.pending: dict[int, tuple[str, dict[str, Any] | None]] = {}
@@ -80,8 +85,9 @@ class CaseBook:
     def save(self, case: Case, entry: dict[str, Any]) -> None:
         """``case`` into the cases folder, else at once into a fallback folder."""
         try:
-            path, new = write_case(case, self.cases_dir)
-            entry.update(path=str(path), new=new)
+            saved = save_case(case, self.cases_dir)
+            entry.update(path=str(saved.path), new=saved.new)
+            self._say_passed_over(case, saved, entry)
             return
         except OSError as exc:
             keep_unwritten(entry, case, self.cases_dir, exc)
@@ -90,18 +96,26 @@ class CaseBook:
         for folder in self.fallbacks:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                path, _ = write_case(case, folder)
+                saved = save_case(case, folder)
             except OSError as exc:
                 problems.append(f"{folder}: {exc.strerror or exc}")
                 continue
-            entry["saved_elsewhere"] = str(path)
+            entry["saved_elsewhere"] = str(saved.path)
             self.say(f"{case.kind} case could not be written to {entry['not_written']}; saved "
-                     f"instead as {path}; the run tries {self.cases_dir} again as it goes and at "
-                     "its end", None)
+                     f"instead as {saved.path}; the run tries {self.cases_dir} again as it goes "
+                     "and at its end", None)
             return
         self.say(f"{case.kind} case could not be written to {entry['not_written']}, nor "
                  f"elsewhere ({'; '.join(problems) or 'no fallback folder'}): here it is whole; "
                  f"the run tries {self.cases_dir} again as it goes and at its end", case)
+
+    def _say_passed_over(self, case: Case, saved: SavedCase, entry: dict[str, Any]) -> None:
+        """A case saved under another name than its own: which names were
+        taken, by what (those files are left as they are)."""
+        if saved.passed_over:
+            entry["name_taken"] = "; ".join(saved.passed_over)
+            self.say(f"{case.kind} case saved as {saved.path}: {entry['name_taken']}, which "
+                     "is not this case and is left as it is", None)
 
     def retry_unwritten(self) -> None:
         """Try the cases folder again for each case it refused; one written
@@ -109,18 +123,22 @@ class CaseBook:
         for entry in list(self.unwritten):
             case = Case.from_json(entry["case"])
             try:
-                path, new = write_case(case, self.cases_dir)
+                saved = save_case(case, self.cases_dir)
             except OSError:
                 continue
             self._forget_unwritten(entry)
             elsewhere = entry.pop("saved_elsewhere", None)
+            unshrunk = entry.pop("unshrunk_kept", None)
             refused = entry.pop("not_written")
             del entry["case"]
-            entry.update(path=str(path), new=new, written_late=f"at first refused: {refused}")
-            if elsewhere:
-                Path(elsewhere).unlink(missing_ok=True)
-            self.say(f"{case.kind} case written to {path} now (refused before: {refused}"
-                     + (f"; its copy {elsewhere} removed" if elsewhere else "") + ")", None)
+            entry.update(path=str(saved.path), new=saved.new,
+                         written_late=f"at first refused: {refused}")
+            copies = [copy for copy in (elsewhere, unshrunk) if copy]
+            for copy in copies:  # the case is on the disk now: its copies go
+                Path(copy).unlink(missing_ok=True)
+            self.say(f"{case.kind} case written to {saved.path} now (refused before: {refused}"
+                     + "".join(f"; its copy {copy} removed" for copy in copies) + ")", None)
+            self._say_passed_over(case, saved, entry)
 
     def _forget_unwritten(self, entry: dict[str, Any], replacement=None) -> None:
         for index, unwritten in enumerate(self.unwritten):
@@ -145,14 +163,16 @@ class CaseBook:
             self.pending[worker] = (key, None)
             return False
         self.seen.add(key)
-        self.pending[worker] = (key, self.record(case, shrunk=False))
+        self.by_name[key] = self.record(case, shrunk=False)
+        self.pending[worker] = (key, self.by_name[key])
         return True
 
     def shrunk(self, worker: int, case: Case) -> int:
         """Worker ``worker``'s shrunk failure: it replaces the unshrunk case
-        the worker reported. The change in the run's count of failures: 1 for
-        a failure not reported before, -1 for one that shrank to a failure
-        already found (its unshrunk copy goes), else 0."""
+        the worker reported, once it is on the disk itself (until then the
+        unshrunk copy stays). The change in the run's count of failures: 1
+        for a failure not reported before, -1 for one that shrank to a
+        failure already saved (its unshrunk copy goes), else 0."""
         key = case_filename(case)
         first_key, first = self.pending.pop(worker, (None, None))
         if first is not None and key == first_key:
@@ -161,32 +181,40 @@ class CaseBook:
             first["shrunk"] = True
             if first.get("new") and first.get("path"):
                 try:
-                    atomic_write_json(Path(first["path"]), case.to_json())
+                    rewrite_case(first["path"], case)
                 except OSError as exc:
                     keep_unwritten(first, case, first["path"], exc)
             elif any(entry is first for entry in self.unwritten):
                 first["case"] = case.to_json()
                 if first.get("saved_elsewhere"):
                     try:
-                        atomic_write_json(Path(first["saved_elsewhere"]), case.to_json())
+                        rewrite_case(first["saved_elsewhere"], case)
                     except OSError:
                         pass  # the unshrunk copy stays there; the report holds this one
             return 0
         if key in self.seen:
-            if first:
+            if first and on_disk(self.by_name.get(key)):
                 self.discard(first)
                 return -1
-            return 0
+            return 0  # its unshrunk copy stays: what it shrank to is not on the disk
         self.seen.add(key)
+        entry = self.record(case, shrunk=True)
+        self.by_name[key] = entry
         if first is None:  # no early report (a draw that failed, or a first failing
             # example that was not a contract violation)
-            self.record(case, shrunk=True)
             return 1
-        entry = self.record(case, shrunk=True)
         self.entries.remove(entry)
-        self.discard(first, keep_entry=True)
+        if on_disk(entry):
+            self.discard(first, keep_entry=True)
+            unshrunk = None
+        else:  # only in the report (and on stderr): the unshrunk copy stays on the disk
+            unshrunk = first.get("path") if first.get("new") else first.get("saved_elsewhere")
+            self._forget_unwritten(first)
         first.clear()
         first.update(entry)
+        if unshrunk:
+            first["unshrunk_kept"] = unshrunk
+        self.by_name[key] = first
         self._forget_unwritten(entry, replacement=first)
         return 0
 
@@ -217,6 +245,12 @@ class CaseBook:
     @property
     def new_cases(self) -> int:
         return sum(1 for entry in self.entries if entry["new"])
+
+
+def on_disk(entry: dict[str, Any] | None) -> bool:
+    """Whether ``entry``'s case is in a file, read back (in the cases folder
+    or a fallback folder), not only in the report."""
+    return bool(entry and (entry.get("path") or entry.get("saved_elsewhere")))
 
 
 def keep_unwritten(entry: dict[str, Any], case: Case, where, exc: OSError) -> None:

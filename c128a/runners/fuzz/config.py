@@ -253,7 +253,15 @@ def resolve(
             f"{', '.join([*known, SERVING_LOOP])}"
         )
     if options.machine:
-        import_object(options.machine, name_of("machine"))
+        factory = import_object(options.machine, name_of("machine"))
+        if not callable(factory):
+            # Called with the target once it has loaded, before any worker
+            # starts (c128a.runners.fuzz.loading).
+            raise UsageError(
+                f"{name_of('machine')} {options.machine} is a {type(factory).__name__}, not "
+                "callable: name a machine factory, which takes the target and the device and "
+                "returns a RuleBasedStateMachine class"
+            )
     profile = options.profile or DEFAULT_FUZZ_PROFILE
     if profile not in PROFILES:
         raise UsageError(

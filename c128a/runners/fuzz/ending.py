@@ -80,6 +80,27 @@ def end_interrupted(run: RunState, config: FuzzConfig, console, signals: RunSign
     return report
 
 
+def what_did_not_run(report: dict[str, Any]) -> list[str]:
+    """The summary's lines on what the run did not check: nothing at all
+    (and why), the rounds it selected that got no example, the properties
+    that do not apply to the target."""
+    lines = []
+    if report.get("nothing_checked"):
+        lines.append(f"nothing checked: {report['nothing_checked']}; the run is not clean "
+                     f"(exit {report['exit_status']})")
+    by_why: dict[str, list[str]] = {}
+    for name, why in report.get("not_run", {}).items():
+        by_why.setdefault(why, []).append(name)
+    for why, names in by_why.items():
+        lines.append(f"not run: {', '.join(names)}: {why}")
+    if by_why and report["status"] == "incomplete":
+        lines.append(f"the run is not clean (exit {report['exit_status']}): a property it "
+                     "selected was not checked")
+    for name, why in report.get("not_applicable", {}).items():
+        lines.append(f"not applicable: {name}: {why}")
+    return lines
+
+
 def print_report_cases(report: dict[str, Any], console) -> None:
     # The report held the unwritten cases whole: without it they exist only here.
     print_for_saving_by_hand(
@@ -137,6 +158,8 @@ def print_summary(report: dict[str, Any], config: FuzzConfig, console) -> None:
             )
     for error in report["errors"]:
         console.print(f"error of the suite itself: {error}", markup=False)
+    for line in what_did_not_run(report):
+        console.print(line, markup=False, soft_wrap=True)
     if report["error"]:
         console.print(f"run aborted: {report['error']}", markup=False)
     if report["interrupted_by"]:

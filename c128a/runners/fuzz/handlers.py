@@ -23,6 +23,7 @@ class MessageHandlers:
         protocol.Ready: "on_ready",
         protocol.Progress: "on_progress",
         protocol.Found: "on_found",
+        protocol.Shrinking: "on_shrinking",
         protocol.Failure: "on_failure",
         protocol.SuiteError: "on_error",
         protocol.Fatal: "on_fatal",
@@ -48,6 +49,7 @@ class MessageHandlers:
         stats.examples += message.examples
         stats.seconds.update(message.time)
         stats.running = message.running
+        self.slots[index].round = message.round
         self.labels.update(message.labels)
         self.reach.update(message.reach)
         self.per_property.update(message.per_property)
@@ -62,11 +64,20 @@ class MessageHandlers:
             return None
 
     def on_found(self, index: int, message: protocol.Found) -> None:
+        self.best.pop(index, None)
         case = self.readable_case(index, message.case)
         if case is not None:
             self.found(index, case)
 
+    def on_shrinking(self, index: int, message: protocol.Shrinking) -> None:
+        """Held, not saved: the round's first failing example is on disk
+        already; this one replaces it if the shrinking is cut short."""
+        case = self.readable_case(index, message.case)
+        if case is not None:
+            self.best[index] = case
+
     def on_failure(self, index: int, message: protocol.Failure) -> None:
+        self.best.pop(index, None)
         case = self.readable_case(index, message.case)
         if case is not None:
             self.shrunk(index, case)
@@ -76,15 +87,17 @@ class MessageHandlers:
 
     def on_fatal(self, index: int, message: protocol.Fatal) -> None:
         self.fatal = f"worker {index}: {message.text}"
-        self.request_stop()
+        self.request_halt("a worker's fatal error")
 
     def on_done(self, index: int, message: protocol.Done) -> None:
         slot, stats = self.slots[index], self.stats[index]
         slot.finished, stats.state, stats.finished = True, "done", time.monotonic()
+        # The run's stop ended its shrinking: the smallest example found stays.
+        self.cut_short(index, f"{self.stopped_by or 'the stop'} ended it")
 
     def case_recorded(self) -> None:
         if self.config.exitfirst:
-            self.request_stop()
+            self.request_stop("--exitfirst")
 
     def found(self, index: int, case: Case) -> None:
         """A worker's first failing example, before it shrinks."""

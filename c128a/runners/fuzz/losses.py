@@ -1,5 +1,6 @@
 """What the supervisor keeps of a worker it loses: the input the worker
-was running, as a ``crash`` or ``hang`` case, and how the worker died.
+was running, as a ``crash`` or ``hang`` case, how the worker died, and the
+smallest failing example its shrinking had found.
 
 A mixin of :class:`~.supervisor.Supervisor` (as :class:`~.handlers.MessageHandlers`
 is): it reads the worker's in-flight file (:mod:`.inflight`) and records in
@@ -49,11 +50,33 @@ class LostWorkers:
         ))
 
     def cut_short(self, index: int, why: str) -> None:
-        """A worker with an unshrunk failure ended: its last input tried goes
-        in the report with the case."""
-        if self.book.has_unshrunk(index):
+        """A worker ended while it shrank a failure: the smallest failing
+        example it sent (:class:`~.protocol.Shrinking`) replaces the first
+        one, saying the shrinking was cut short; with none, the first one
+        stays, and the last input the worker tried goes in the report with it."""
+        best = self.best.pop(index, None)
+        if best is not None:
+            self.keep_best_so_far(index, best, why)
+        elif self.book.has_unshrunk(index):
             record = self.inflight_record(index)
             self.book.cut_short(index, why, last_tried=record.batch_json if record else None)
+
+    def keep_best_so_far(self, index: int, best, why: str) -> None:
+        """``best`` replaces worker ``index``'s first failing example as the
+        shrunk case would, and its report entry says it is not the end of
+        the shrinking."""
+        _, first = self.book.pending.get(index, (None, None))
+        entries = len(self.book.entries)
+        self.stats[index].failures += self.book.shrunk(index, best)
+        if first is not None and any(entry is first for entry in self.book.entries):
+            entry = first  # replaced in place
+        elif len(self.book.entries) > entries:
+            entry = self.book.entries[-1]
+        else:
+            return  # a failure this run had found already
+        entry["shrunk"] = False
+        entry["note"] = (f"shrinking was cut short ({why}); the case is the smallest failing "
+                         "example found by then")
 
     def died_of_cuda_fault(self, index: int) -> bool:
         """Whether worker ``index``'s exit with :data:`CUDA_FAULT_EXIT` was its
@@ -68,7 +91,10 @@ class LostWorkers:
     def how_it_died(self, index: int, code: int | None) -> str:
         """Worker ``index``'s end by exit status ``code``, in words."""
         how = describe_signal(-code) if code and code < 0 else f"exit {code}"
-        if code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
+        if code == 0:
+            how += (" without saying it was done: the code it ran ended the process (os._exit, "
+                    "sys.exit, a native library calling exit())")
+        elif code == CUDA_FAULT_EXIT and self.died_of_cuda_fault(index):
             how = "CUDA fault"
         elif code == WORKER_INTERRUPTED_EXIT:
             how = f"KeyboardInterrupt raised by the code it ran, exit {code}"

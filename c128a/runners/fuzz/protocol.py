@@ -37,6 +37,7 @@ class Progress(Message):
     reach: dict[str, int] = field(default_factory=dict)  # "dimension: bucket" -> examples
     per_property: dict[str, int] = field(default_factory=dict)
     running: str = ""  # the property or machine of the round now running
+    round: int = 0  # that round's number in the worker's rotation (a restart goes on after it)
     time: dict[str, float] = field(default_factory=dict)  # phase -> seconds (phases.ExampleTimer)
     kind: ClassVar[str] = "progress"
 
@@ -47,6 +48,17 @@ class Found(Message):
 
     case: Case
     kind: ClassVar[str] = "found"
+
+
+@dataclass(frozen=True)
+class Shrinking(Message):
+    """A smaller failing example of the round the worker is shrinking: the
+    supervisor holds the latest, and keeps it in place of the round's
+    :class:`Found` case when the shrinking is cut short (the run's stop, a
+    kill, a crash)."""
+
+    case: Case
+    kind: ClassVar[str] = "shrinking"
 
 
 @dataclass(frozen=True)
@@ -82,4 +94,4 @@ class Done(Message):
     kind: ClassVar[str] = "done"
 
 
-MESSAGES = (Ready, Progress, Found, Failure, SuiteError, Fatal, Done)
+MESSAGES = (Ready, Progress, Found, Shrinking, Failure, SuiteError, Fatal, Done)

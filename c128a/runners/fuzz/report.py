@@ -31,6 +31,11 @@ from .config import FuzzConfig
 
 
 REPORT_FORMAT = "c128a-fuzz-report/1"
+NOTHING_CHECKED = "nothing checked"
+"""The status of a run in which no example ran: not clean (exit 2)."""
+INCOMPLETE = "incomplete"
+"""The status of a run in which a round it selected (a property, the serving
+loop) got no example: not clean (exit 2)."""
 TIME_DETAIL = (*phases.PHASES, "inflight", "startup")
 """The report's ``time_detail``: the phases a worker measured (``draw`` is
 Hypothesis's draw time, ``other`` the rest of the checks' own code), the
@@ -83,6 +88,16 @@ class RunState(Protocol):
     started: float
     started_wall: float
     deadline: float | None
+    target_load_s: float | None  # how long the target took to load, before the workers
+
+    def nothing_checked(self) -> str | None:
+        """Why no example ran (None when one did)."""
+
+    def not_run(self) -> dict[str, str]:
+        """Each round the run selected that got no example, with why."""
+
+    def not_applicable(self) -> dict[str, str]:
+        """Each property selected that does not apply to the target, with why."""
 
 
 def remaining(run: RunState, now: float) -> str:
@@ -155,18 +170,30 @@ def build_report(run: RunState) -> dict[str, Any]:
     # A report that could not be written makes no run clean: nothing else
     # says how the run went once the terminal is gone.
     errors = run.errors or getattr(run, "report_problem", None)
+    # A run that checked nothing, or not every round it selected, is not
+    # clean either: a check that did not run is not a pass.
+    nothing_checked = run.nothing_checked() if not found else None
+    not_run = run.not_run() if examples else {}
     if run.fatal:
         status = "aborted"
     elif run.interrupted is not None:
         status = "interrupted"
+    elif found:
+        status = "failures"
+    elif errors:
+        status = "errors"
+    elif nothing_checked:
+        status = NOTHING_CHECKED
     else:
-        status = "failures" if found else ("errors" if errors else "clean")
+        status = INCOMPLETE if not_run else "clean"
     if found:
         exit_status = EXIT_FAILED
     elif run.fatal or errors:
         exit_status = EXIT_USAGE
     elif run.interrupted is not None:
         exit_status = 128 + run.interrupted  # 130 SIGINT, 143 SIGTERM, 129 SIGHUP
+    elif nothing_checked or not_run:
+        exit_status = EXIT_USAGE
     else:
         exit_status = EXIT_OK
     return {
@@ -189,6 +216,10 @@ def build_report(run: RunState) -> dict[str, Any]:
         "interrupted_by": signal.Signals(run.interrupted).name if run.interrupted else None,
         "error": run.fatal,
         "errors": run.errors,
+        "nothing_checked": nothing_checked,
+        "not_run": not_run,
+        "not_applicable": run.not_applicable(),
+        "target_load_s": run.target_load_s,
         "report_not_written": getattr(run, "report_problem", None),
         "totals": {
             "examples": examples,

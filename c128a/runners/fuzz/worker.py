@@ -8,7 +8,17 @@ properties' ``@example`` batches) run in a worker's first round of each
 property only: they are fixed inputs, and Hypothesis prints every explicit
 example it runs, which made them most of a round's cost. Before every
 example the worker writes the input to its in-flight file, so that the
-parent keeps it if the worker dies.
+parent keeps it if the worker dies. The rounds rotate over the properties
+(and the machine), worker ``i`` starting at the ``i``-th, and a restarted
+worker at the round after the one it was lost in: a target that crashes
+often is still fuzzed on every property.
+
+A round's first failing example is sent before shrinking starts, and each
+smaller one as shrinking finds it (:class:`~.observe.ShrinkReports`): the
+run's stop (``halt``: the deadline, a signal) ends the shrinking at the next
+example, and the supervisor keeps the smallest failing example found by
+then. A stop that only ends the search (``stop``: ``--exitfirst``) lets a
+failure shrink to its end.
 
 Every example's time is accounted (:class:`c128a.phases.ExampleTimer`, no
 device synchronisation): Hypothesis's own draw time, and the target, oracle
@@ -50,7 +60,7 @@ from ..gpus import share_cores
 from . import protocol
 from .config import FuzzConfig, derive_seed
 from .inflight import InflightFile, InflightRecord, case_from_inflight, step_key
-from .observe import FailureBlob, ProgressCounter
+from .observe import FailureBlob, ProgressCounter, ShrinkReports
 
 CUDA_FAULT_EXIT = 3  # a worker's exit status after a CUDA fault
 TERMINATED = threading.Event()
@@ -91,12 +101,38 @@ class StopRequested(BaseException):
     """Raised inside a test to end a round early; Hypothesis lets it through."""
 
 
+def selection(config: FuzzConfig, target) -> tuple[list, dict[str, str], object]:
+    """What a run of ``config`` on ``target`` fuzzes: (the properties, in
+    ``--only``'s order, that apply to the target; those that do not, each
+    with why; the serving-loop machine's factory, None when it does not run)."""
+    properties = import_object(config.properties, "--properties")
+    names = config.only or tuple(properties)
+    unknown = sorted(set(names) - set(properties) - {SERVING_LOOP})
+    if unknown:  # the parent checked; a mapping that changed since is the suite's fault
+        raise HarnessError(f"--only names unknown properties {', '.join(unknown)}")
+    runs, not_applicable = [], {}
+    for name in names:
+        if name == SERVING_LOOP:
+            continue
+        why = properties[name].unsupported(target)
+        if why is None:
+            runs.append(properties[name])
+        else:
+            not_applicable[name] = why
+    factory = None
+    if config.stateful and config.machine and (not config.only or SERVING_LOOP in config.only):
+        factory = import_object(config.machine, "--machine")
+    return runs, not_applicable, factory
+
+
 class Worker:
     def __init__(self, index, generation, config: FuzzConfig, channel, stop, inflight, budget,
-                 skip_historical=frozenset()):
+                 skip_historical=frozenset(), halt=None, first_round: int = 0):
         self.index, self.generation, self.config = index, generation, config
         self.skip_historical = skip_historical  # step_key of historical steps saved as cases
         self.channel, self.stop, self.inflight, self.budget = channel, stop, Path(inflight), budget
+        self.halt = halt  # set: a failure's shrinking ends too (None: never)
+        self.first_round = first_round  # where in the rotation this worker starts
         self.inflight_file = InflightFile(self.inflight)
         self.device_name = use_device(config.device)
         share_cores(config.workers)  # the oracle and the checks run on the CPU
@@ -104,18 +140,9 @@ class Worker:
         profiles.register_profiles()
         self.profile = settings.get_profile(config.profile)
         self.target = load_target(config.target, config.padding_rows)
-        properties = import_object(config.properties, "--properties")
-        names = config.only or tuple(properties)
-        unknown = sorted(set(names) - set(properties) - {SERVING_LOOP})
-        if unknown:  # the parent checked; a mapping that changed since is the suite's fault
-            raise HarnessError(f"--only names unknown properties {', '.join(unknown)}")
-        self.properties = [
-            properties[name] for name in names
-            if name != SERVING_LOOP and properties[name].unsupported(self.target) is None
-        ]
-        self.machine = None  # one machine class for every round: it captures its graphs once
-        if config.stateful and config.machine and (not config.only or SERVING_LOOP in config.only):
-            self.machine = import_object(config.machine, "--machine")(self.target, self.device)
+        self.properties, _, factory = selection(config, self.target)
+        # One machine class for every round: it captures its graphs once.
+        self.machine = factory(self.target, self.device) if factory else None
         self.database = open_database(config.db)
         self.timer = phases.ExampleTimer()
         self.progress = ProgressCounter(channel, index, self.timer)
@@ -124,7 +151,15 @@ class Worker:
         self.done = False  # set by a failure under --exitfirst
 
     def stopping(self) -> bool:
-        return self.done or self.stop.is_set() or TERMINATED.is_set()
+        """No next round, and no next example unless it shrinks a failure."""
+        return self.done or self.stop.is_set() or self.halted()
+
+    def halted(self) -> bool:
+        """No next example at all: a failure being shrunk stays as small as it got."""
+        return TERMINATED.is_set() or (self.halt is not None and self.halt.is_set())
+
+    def send_shrinking(self, case: Case) -> None:
+        self.send(protocol.Shrinking(self.index, case))
 
     def terminated_alone(self) -> bool:
         """Whether this worker stopped for a SIGTERM of its own, not because
@@ -189,9 +224,13 @@ class Worker:
         rounds = [*self.properties, *([SERVING_LOOP] if self.machine else [])]
         if not rounds:
             raise HarnessError("no property selected (check --only)")
-        number = 0
+        number = self.first_round
         while not self.stopping() and (self.budget is None or self.progress.total < self.budget):
             item = rounds[number % len(rounds)]
+            # The supervisor learns the round now running: a restart goes on after it.
+            self.progress.round = number
+            self.progress.running = item if item == SERVING_LOOP else item.name
+            self.progress.flush()
             seed = derive_seed(self.config.seed, self.index, self.generation, number)
             examples = self.config.chunk
             if self.budget is not None:
@@ -236,8 +275,10 @@ class Worker:
             pass  # observed once per example; a nested draw did
 
     def property_round(self, prop, seed: int, examples: int) -> None:
-        failing: list = []
+        failing: list = []  # the latest failing example and what it raised
         blob = FailureBlob()
+        shrinking = ShrinkReports(self.send_shrinking)
+        found: list = []  # the round's first failing example was sent (a kill)
         historical = prop.name not in self.historical_done
         self.historical_done.add(prop.name)
         # Hypothesis runs the explicit examples first: until the first
@@ -245,8 +286,12 @@ class Worker:
         explicit = list(prop.examples) if historical else []
 
         def around(batch, run) -> None:
+            if failing and self.halted():
+                shrinking.flush()  # the smallest failing example found so far
+                raise StopRequested
             if self.stopping() and not failing:
                 raise StopRequested
+            shrinking.due()
             is_historical = bool(explicit) and not failing and batch in explicit
             if not is_historical:
                 explicit.clear()
@@ -254,7 +299,6 @@ class Worker:
                 return  # saved as a crash or hang case: it would end this worker again
             self.write_inflight(prop.name, seed, batch, historical=is_historical)
             pairs = pair_labels_of(batch, prop.reach)
-            self.progress.count(prop.name, batch.labels, labels_of(batch, prop.reach) + pairs)
             self.steer_to_new_pairs(prop.name, pairs)
             try:
                 if failing:  # shrinking: supervision
@@ -270,9 +314,19 @@ class Worker:
                     self.send(protocol.Found(
                         self.index, self.failure_case(prop.name, exc, seed, batch)
                     ))
+                    found.append(True)
+                elif found and is_kill(exc):
+                    # A smaller failing example: its blob comes once it has ended.
+                    shrinking.found(lambda exc=exc: self.failure_case(
+                        prop.name, exc, seed, batch, reproduce_blob=blob.blob
+                    ))
                 failing[:] = [batch, exc]
                 blob.start()
                 raise
+            finally:
+                # Counted once it has ended (passed or failed): an example cut
+                # short by a crash or a kill checked nothing.
+                self.progress.count(prop.name, batch.labels, labels_of(batch, prop.reach) + pairs)
 
         def test(observe_from_start: bool = False):
             if observe_from_start:
@@ -302,6 +356,8 @@ class Worker:
                 blob.stop()
                 try:
                     test(observe_from_start=True)
+                except StopRequested:
+                    pass  # the run's stop came first: the failure goes without its blob
                 except Exception:  # noqa: BLE001 - the same failure, now observed
                     pass
             else:
@@ -346,14 +402,26 @@ class Worker:
                 worker.index, worker.machine_case(exc, seed, examples, first_blob, steps)
             ))
 
-        blob = FailureBlob(on_first_failure=report_first_failure)
+        def report_later_failure(later_blob: str | None, steps: str) -> None:
+            # A smaller failing example, found by shrinking.
+            exc = raised[0] if raised else None
+            if exc is None or not is_kill(exc) or is_cuda_fault(exc):
+                return
+            shrinking.found(lambda: worker.machine_case(exc, seed, examples, later_blob, steps))
+
+        blob = FailureBlob(on_first_failure=report_first_failure,
+                           on_later_failure=report_later_failure)
+        shrinking = ShrinkReports(self.send_shrinking)
 
         def start_example(machine_self):
+            if blob.failed and worker.halted():
+                shrinking.flush()  # the smallest failing example found so far
+                raise StopRequested
             if worker.stopping() and not blob.failed:  # a failure found shrinks to its end
                 raise StopRequested
+            shrinking.due()
             raised.clear()
             worker.write_inflight(SERVING_LOOP, seed, examples=examples)
-            worker.progress.count(SERVING_LOOP)
             # The example's window: from here (the engine set up on the first
             # run) to its teardown; shrinking is supervision.
             if not blob.failed:
@@ -371,6 +439,7 @@ class Worker:
             failed = sys.exc_info()[1]
             if isinstance(failed, Exception):
                 raised[:] = [failed]
+            worker.progress.count(SERVING_LOOP)  # once it has ended, as a property's
             try:
                 machine.teardown(machine_self)
             finally:
