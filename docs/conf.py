@@ -33,7 +33,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "README-proposed.md"]
+exclude_patterns = ["_build", "_ext"]
 
 myst_enable_extensions = ["deflist"]
 # Links to a section of another page ([text](page.md#section)) resolve.
