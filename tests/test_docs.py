@@ -71,6 +71,9 @@ def test_each_generated_table_is_in_exactly_one_docs_page(start, end, page):
             "where the command that generates the table writes it"
         )
     marked(page, start, end)
+    assert start not in (ROOT / "README.md").read_text(encoding="utf-8"), (
+        f"README.md holds {start}: the table lives in {shown(page)} alone"
+    )
 
 
 def test_a_marker_in_a_second_page_is_found(tmp_path):
