@@ -1,6 +1,6 @@
 """c128a: property-based tests and fuzzing for the C128A top-k metadata kernel.
 
-The package reads in one direction (README, "Layout"): ``contract`` (what is
+The package reads in one direction (docs/explanation/layout.md): ``contract`` (what is
 tested) and ``step`` (one engine step) at the bottom, then ``kernels``,
 ``mutants`` and ``targets`` (what can be tested), ``strategies``, ``checks``
 and ``replay`` (how), and the tools on top: ``runners``, ``cli`` and the

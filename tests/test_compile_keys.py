@@ -31,7 +31,8 @@ KNOWN_FINDINGS = {
     for version in ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 }
 """vLLM release -> (who launches, the kernel, the parameter) of the miss the
-check finds there (README, "Findings in released vLLM")."""
+check finds there (docs/explanation/compile-keys.md,
+"Findings in released vLLM")."""
 
 
 def _release(target) -> str | None:

@@ -325,7 +325,8 @@ def test_serving_loop_failure_found_before_a_stop_is_saved_while_it_shrinks(
 
 BOUND_SLACK_S = 4.0
 """What a run may take past its deadline and grace on a loaded machine: the
-poll, the kills, the report (the bound the README states is 10 s in all)."""
+poll, the kills, the report (the bound
+docs/explanation/fuzz-runner.md states is 10 s in all)."""
 
 
 def test_failure_still_shrinking_when_the_deadline_grace_ends_is_saved(tmp_path, monkeypatch):

@@ -143,7 +143,7 @@ def freeze_startup_heap() -> None:
     Hypothesis, the suite: everything a worker loaded at start-up) from every
     later collection. A CUDA graph capture collects garbage first
     (:class:`c128a.kernels.consumer.GraphConsumer`); over the whole heap that
-    took far longer than over what came after start-up (README,
+    took far longer than over what came after start-up (docs/measurements.md,
     "Measurements behind the code's choices"). What is frozen lives as long
     as the process anyway; call :func:`thaw_heap` before the process ends, so that its finalisation
     frees those objects too (Triton's bindings report leaks otherwise)."""
