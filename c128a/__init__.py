@@ -2,9 +2,9 @@
 
 The package reads in one direction (README, "Layout"): ``contract`` (what is
 tested) and ``step`` (one engine step) at the bottom, then ``kernels``,
-``mutants`` and ``targets`` (what can be tested), ``strategies``, ``checks``
-and ``replay`` (how), and the tools on top: ``runners``, ``cli`` and the
-pytest ``plugin``. This facade re-exports what imports no Triton kernel:
+``mutants`` and ``targets`` (what can be tested), ``strategies``, ``checks``,
+``replay`` and ``gpu`` (how), the failure ``cases``, and the tools on top:
+``runners``, ``cli`` and the pytest ``plugin``. This facade re-exports what imports no Triton kernel:
 kernels are decorated when imported, so choose the device first
 (:func:`use_device`; Triton's interpreter on the CPU).
 """

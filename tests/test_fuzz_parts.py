@@ -20,8 +20,8 @@ import threading
 import pytest
 from rich.console import Console
 
+from c128a import cases
 from c128a.failures import EXIT_USAGE
-from c128a.runners import cases
 from c128a.runners.fuzz import casebook, channel, protocol, rundir
 from c128a.runners.fuzz.casebook import CaseBook
 from c128a.runners.fuzz.inflight import (

@@ -59,3 +59,15 @@ def test_a_cycle_inside_the_step_for_the_type_checker_alone_breaks_its_contract(
     done = lint_imports(package_copy, STEP_CONTRACT)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "c128a.step.buffers is not allowed to import c128a.step.batch" in done.stdout
+
+
+def test_the_plugin_importing_a_runner_breaks_its_contract(package_copy):
+    """The shipped suite and the plugin run without the command-line tools."""
+    verdicts = package_copy / "c128a" / "plugin" / "verdicts.py"
+    verdicts.write_text(verdicts.read_text() + "\n\ndef _late():\n"
+                        "    from c128a.runners import killmatrix  # noqa\n")
+    done = lint_imports(package_copy, "no-tools-below")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "c128a.plugin is not allowed to import c128a.runners" in done.stdout
+    assert "c128a.plugin.verdicts -> c128a.runners.killmatrix" in done.stdout
+

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from c128a import cli, options
+from c128a.cases import rerun
 from c128a.cli import replay as replay_cli
 from c128a.cli import sanitize as sanitize_cli
-from c128a.runners import cases
 from c128a.runners.fuzz import FuzzConfig
 from c128a.runners.fuzz import config as fuzz_config
 
@@ -109,8 +109,10 @@ def test_fuzz_defaults_come_from_one_place(capsys, monkeypatch):
         options.DEFAULT_CHUNK,
     )
     # The modules that use them name the same objects, not copies.
-    for module in (cases, fuzz_config):
-        for name in ("DEFAULT_CASES_DIR", "DEFAULT_PROPERTIES", "DEFAULT_MACHINE"):
+    for module, names in ((rerun, ("DEFAULT_PROPERTIES", "DEFAULT_MACHINE")),
+                          (fuzz_config, ("DEFAULT_CASES_DIR", "DEFAULT_PROPERTIES",
+                                         "DEFAULT_MACHINE"))):
+        for name in names:
             assert getattr(module, name) is getattr(options, name), (module.__name__, name)
     assert fuzz_config.DEFAULT_DB is options.DEFAULT_DB
     assert fuzz_config.DEFAULT_MINUTES is options.DEFAULT_MINUTES

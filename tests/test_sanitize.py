@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.contract import INERT, SLOTS
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from c128a.runners import cases, sanitizer
+from c128a.gpu import sanitizer
 from c128a.strategies import HISTORICAL_BATCHES
 
 HERE = Path(__file__).parent

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ..failures import EXIT_FAILED, EXIT_OK, ContractViolation, UsageError, failure_text
-from ..runners.cases import atomic_write_json, output_file_problem
+from ..files import atomic_write_json, output_file_problem
 from ..runners.throughput import print_throughput, run_throughput
 from .. import options
 from ..options import add_to_argparse

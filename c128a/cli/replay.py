@@ -32,10 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
-from .. import options
-from ..options import DEFAULT_PROPERTIES, add_to_argparse
-from ..runners.cases import (
+from ..cases import (
     FAILS,
     PASSES,
     SERVING_LOOP,
@@ -46,6 +43,9 @@ from ..runners.cases import (
     replay_case,
     replay_variant,
 )
+from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
+from .. import options
+from ..options import DEFAULT_PROPERTIES, add_to_argparse
 from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_mapping, import_object
 from ..targets.specs import DECLARED
 from . import watched
@@ -271,7 +271,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
 
 
 def replay_target_code(case: Case, target, device, **options) -> Outcome:
-    """:func:`~c128a.runners.cases.replay_case`, where a target that raises
+    """:func:`~c128a.cases.replay_case`, where a target that raises
     what is not an ``Exception`` to end its run (``SystemExit`` from
     ``sys.exit``, ``GeneratorExit``, a class of its own) still fails the case,
     as a crash does: it never ends the replay with a status of its choosing.

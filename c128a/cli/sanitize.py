@@ -7,7 +7,7 @@ historical steps and ``--examples`` steps drawn with ``--seed``, each at its
 width and at full width, and compares every build with the oracle. Each
 finding is saved as a case (property ``sanitizer_memcheck`` or
 ``sanitizer_initcheck``, the sanitizer's report attached) that ``c128a
-replay`` reruns under the same tool. See :mod:`c128a.runners.sanitizer`.
+replay`` reruns under the same tool. See :mod:`c128a.gpu.sanitizer`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import argparse
 import dataclasses
 import time
 
+from ..cases import new_case, write_case
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from ..runners import sanitizer
+from ..gpu import sanitizer
 from .. import options
 from ..options import add_to_argparse
-from ..runners.cases import new_case, write_case
 from ..step import Batch
 from .common import add_padding_rows_argument, load, padding_rows_override
 

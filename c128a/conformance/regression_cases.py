@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from c128a import cases
 from c128a.conformance.requirements import skip_for_want_of
 from c128a.failures import UsageError
-from c128a.runners import cases, sanitizer
+from c128a.gpu import sanitizer
 
 
 class UncheckableCase(pytest.fail.Exception, UsageError):

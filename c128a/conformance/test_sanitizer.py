@@ -2,7 +2,7 @@
 ``memcheck`` finds no access outside an allocation, ``initcheck`` no read of
 memory nothing wrote (a block-table entry the contract does not let a build
 read), over the contract's historical steps and drawn ones, each at its
-width and at full width (:func:`c128a.runners.sanitizer.run_sanitizer`, the
+width and at full width (:func:`c128a.gpu.sanitizer.run_sanitizer`, the
 same child ``c128a sanitize`` runs). Skips where ``compute-sanitizer`` is
 not found (``$C128A_COMPUTE_SANITIZER`` names it): a missing tool, which
 the run can stand (:mod:`c128a.conformance.requirements`).
@@ -14,7 +14,7 @@ import pytest
 
 from c128a.conformance.requirements import skip_for_want_of
 from c128a.failures import HarnessError
-from c128a.runners import sanitizer
+from c128a.gpu import sanitizer
 
 EXAMPLES = 10  # drawn steps besides the historical ones, seed 0: the same every run
 

@@ -418,7 +418,7 @@ def build_machine(
                 self._observe_shape(batch)  # against the last build: before _observe moves on
             except Exception as exc:
                 # The failure carries the steps that led to it: a case
-                # replays them without the blob (c128a.runners.cases).
+                # replays them without the blob (c128a.cases).
                 attach_steps(exc, self._recorded())
                 raise
             self._observe(outcome)

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..failures import UsageError
-from .cases import output_file_problem, regular_file_problem
+from ..files import output_file_problem, regular_file_problem
 
 
 def _marked_text(path: Path, start: str, end: str, what: str) -> tuple[str, re.Pattern]:

@@ -14,9 +14,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ...cases import SERVING_LOOP
 from ...checks.profiles import PROFILES
 from ...contract import MAX_QUERY_TOKENS_PER_DECODE, PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
+from ...files import output_file_problem, regular_file_problem
+from ...gpu.pinning import usable_cores, visible_gpu_count, workers_per_gpu
 from ...options import (
     DEFAULT_CASES_DIR,
     DEFAULT_CHUNK,
@@ -31,8 +34,6 @@ from ...options import (
 from ...step import MAX_BUFFER_ROWS
 from ...step.schema import read_value, type_hints
 from ...targets import import_object
-from ..cases import SERVING_LOOP, output_file_problem, regular_file_problem
-from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
 
 CONFIG_TABLE = "fuzz"
 MAX_MINUTES = 7 * 24 * 60  # a week: longer is better run as several runs, each with its report
@@ -177,7 +178,7 @@ def derive_seed(seed: int, *parts: int) -> int:
 
 def default_workers(device: str) -> tuple[int, int]:
     """(workers, GPUs): on CUDA, several per visible GPU (as ``pytest -n auto``:
-    :func:`~c128a.runners.gpus.workers_per_gpu`), pinned round-robin; one per
+    :func:`~c128a.gpu.pinning.workers_per_gpu`), pinned round-robin; one per
     usable core on the CPU."""
     if device == "cuda":
         gpus = visible_gpu_count()

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
+from ...cases import Case
 from ...failures import CaseError
-from ..cases import Case
 from . import protocol
 
 

@@ -52,7 +52,7 @@ from rich.console import Console
 from rich.live import Live
 
 from ...failures import UsageError
-from ..gpus import gpu_for_worker
+from ...gpu.pinning import gpu_for_worker
 from .casebook import CaseBook, fallback_folders
 from .channel import ChannelError, ChannelReader, ChannelWriter
 from .config import FuzzConfig, check_paths

@@ -48,15 +48,16 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from ... import phases
+from ...cases import SERVING_LOOP, Case
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
+from ...files import atomic_write_json
+from ...gpu.pinning import share_cores
 from ...hypothesis_private import drawn_seconds
 from ...replay.recorded import machine_steps_of
 from ...strategies.pairs import pair_labels_of
 from ...strategies.reach import labels_of
 from ...targets import import_object, load_target, use_device
-from ..cases import SERVING_LOOP, Case, atomic_write_json
-from ..gpus import share_cores
 from . import protocol
 from .config import FuzzConfig, derive_seed
 from .inflight import InflightFile, InflightRecord, case_from_inflight, step_key
