@@ -71,3 +71,13 @@ def test_the_plugin_importing_a_runner_breaks_its_contract(package_copy):
     assert "c128a.plugin is not allowed to import c128a.runners" in done.stdout
     assert "c128a.plugin.verdicts -> c128a.runners.killmatrix" in done.stdout
 
+
+def test_a_kernel_importing_a_target_breaks_the_layers(package_copy):
+    """The kernels are a floor of their own, below the targets and mutants
+    that use them (plain imports, so the check sees them)."""
+    baseline = package_copy / "c128a" / "kernels" / "baseline.py"
+    baseline.write_text(baseline.read_text() + "\nfrom ..targets import specs  # noqa\n")
+    done = lint_imports(package_copy, "layers")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "c128a.kernels is not allowed to import c128a.targets" in done.stdout
+    assert "c128a.kernels.baseline -> c128a.targets.specs" in done.stdout

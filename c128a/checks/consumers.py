@@ -12,7 +12,6 @@ views, and what the oracle's consumer publishes fed the oracle's views.
 
 from __future__ import annotations
 
-import importlib
 
 import torch
 
@@ -112,7 +111,6 @@ def check_consumers(target, batch: Batch, device) -> None:
 
 
 REPLAY = "consumers_replay"
-SHIMS_MODULE = "c128a.kernels.vllm_shims"
 STALE_SLOT = 1 << 20
 """What an earlier, wider step left in the columns a narrower one does not
 write (a real slot id: not the -1 sentinel)."""
@@ -129,8 +127,9 @@ def _capture(consumer: Consumer, inputs: ConsumerInputs):
     if not consumer.launchers:
         call_target(REPLAY, what, consumer, inputs)
         return lambda: call_target(REPLAY, what, consumer, inputs)
-    # The kernels' package imports Triton: loaded by name, after the device is chosen.
-    shims = importlib.import_module(SHIMS_MODULE)
+    # The kernels' package imports Triton: imported here, after the device is chosen.
+    from ..kernels import vllm_shims as shims
+
     with shims.observed_launches() as records:
         outputs = call_target(REPLAY, what, consumer, inputs)
 

@@ -41,7 +41,6 @@ leaves no folder in the cache.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import re
@@ -62,8 +61,6 @@ CACHE_ENV = "C128A_CACHE"
 DEFAULT_CACHE = Path("~/.cache/c128a")
 SOURCE_PATH = "vllm/models/deepseek_v4/sparse_mla.py"
 EXTRACT_NAME = "c128a_vllm_extract.py"
-KERNELS_MODULE = "c128a.kernels.vllm_release"
-CONSUMERS_MODULE = "c128a.kernels.vllm_consumers"
 PIP_TIMEOUT_S = 1800
 VERSION_RE = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 """A public release version (PEP 440, without epoch or local part)."""
@@ -115,13 +112,17 @@ def load_vllm_release(spec: str) -> Target:
 
 
 def _kernels():
-    # The kernels' package imports Triton: loaded by name, after the device is
-    # chosen, as every kernel target is.
-    return importlib.import_module(KERNELS_MODULE)
+    # The kernels' package imports Triton: imported on first use, after the
+    # device is chosen, as every kernel target is.
+    from ..kernels import vllm_release
+
+    return vllm_release
 
 
 def _consumers_module():
-    return importlib.import_module(CONSUMERS_MODULE)
+    from ..kernels import vllm_consumers
+
+    return vllm_consumers
 
 
 def _from_version(spec: str, version: str) -> Target:
