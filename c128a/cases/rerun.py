@@ -24,15 +24,15 @@ from hypothesis.errors import DidNotReproduce
 from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
+from ..checked import load_machine, load_properties
 from ..checks.profiles import register_profiles
 from ..contract import padding_rows_of, target_capacity, target_width
 from ..failures import CaseError, ContractViolation, failure_text, is_kill
 from ..gpu import sanitizer
 from ..hypothesis_private import blob_misfit
-from ..options import DEFAULT_MACHINE, DEFAULT_PROPERTIES
 from ..replay.recorded import MachineSteps, machine_steps_of
 from ..step import Batch
-from ..targets import held_to, import_object
+from ..targets import held_to
 from .format import SERVING_LOOP, Case, contract_breach
 
 PASSES, FAILS, CANNOT_REPLAY = "passes", "still fails", "cannot replay"
@@ -333,10 +333,10 @@ def replay_case(
         return replay_under_sanitizer(case, target, device)
     if case.property == SERVING_LOOP:
         if machine_factory is None:
-            machine_factory = import_object(DEFAULT_MACHINE)
+            machine_factory = load_machine()
         return replay_machine(case, target, device, machine_factory)
     if properties is None:
-        properties = import_object(DEFAULT_PROPERTIES)
+        properties = load_properties()
     prop = properties.get(case.property)
     if prop is None:
         raise CaseError(

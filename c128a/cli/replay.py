@@ -43,10 +43,11 @@ from ..cases import (
     replay_case,
     replay_variant,
 )
+from ..checked import load_machine, load_properties
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
 from .. import options
 from ..options import DEFAULT_PROPERTIES, add_to_argparse
-from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_mapping, import_object
+from ..targets import BUILTIN_TARGETS, TARGET_ENV, check_mapping, held_to
 from ..targets.specs import DECLARED
 from . import watched
 from .common import add_target_arguments, choose_device, load, padding_rows_override
@@ -184,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
 
 def replay_files(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
-    properties = import_mapping(args.properties, "--properties", DEFAULT_PROPERTIES)
+    properties = check_mapping(load_properties(args.properties), args.properties,
+                               "--properties", DEFAULT_PROPERTIES)
     if args.in_process:
         # A replay's child: SIGINT passed on by the parent ends it quietly.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -253,7 +255,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         print(f"note:     the inputs break the contract's preconditions: {case.outside_contract}")
     try:
         machine = (
-            import_object(args.machine, "--machine") if case.property == SERVING_LOOP else None
+            load_machine(args.machine) if case.property == SERVING_LOOP else None
         )
         watched.tell_parent(watched.STARTED, file)
         outcome = replay_target_code(case, target, device, properties=properties,

@@ -136,7 +136,12 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
 def import_mapping(spec: str, what: str, example: str):
     """The mapping ``spec`` names (a ``--properties`` dict); any other object
     is a :class:`~c128a.failures.UsageError` naming ``what`` and ``example``."""
-    obj = import_object(spec, what)
+    return check_mapping(import_object(spec, what), spec, what, example)
+
+
+def check_mapping(obj, spec: str, what: str, example: str):
+    """``obj``, which ``spec`` named, when it is a mapping; else a
+    :class:`~c128a.failures.UsageError` naming ``what`` and ``example``."""
     if not isinstance(obj, Mapping):
         raise UsageError(
             f"{what} {spec!r} names a {type(obj).__name__}, not a dict of names; "

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...cases import SERVING_LOOP
+from ...checked import load_machine, load_properties
 from ...checks.profiles import PROFILES
 from ...contract import MAX_QUERY_TOKENS_PER_DECODE, PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
@@ -33,7 +34,6 @@ from ...options import (
 )
 from ...step import MAX_BUFFER_ROWS
 from ...step.schema import read_value, type_hints
-from ...targets import import_object
 
 CONFIG_TABLE = "fuzz"
 MAX_MINUTES = 7 * 24 * 60  # a week: longer is better run as several runs, each with its report
@@ -236,7 +236,7 @@ def resolve(
             # An empty path is the current folder to some calls and nothing to others.
             raise UsageError(f"{name_of(name)}='' is an empty path; name {what}")
     properties = options.properties or DEFAULT_PROPERTIES
-    known = import_object(properties, name_of("properties"))
+    known = load_properties(properties, name_of("properties"))
     if not isinstance(known, dict):
         raise UsageError(
             f"{name_of('properties')} {properties} is a {type(known).__name__}, not a dict"
@@ -254,7 +254,7 @@ def resolve(
             f"{', '.join([*known, SERVING_LOOP])}"
         )
     if options.machine:
-        factory = import_object(options.machine, name_of("machine"))
+        factory = load_machine(options.machine, name_of("machine"))
         if not callable(factory):
             # Called with the target once it has loaded, before any worker
             # starts (c128a.runners.fuzz.loading).
