@@ -81,3 +81,31 @@ def test_a_kernel_importing_a_target_breaks_the_layers(package_copy):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "c128a.kernels is not allowed to import c128a.targets" in done.stdout
     assert "c128a.kernels.baseline -> c128a.targets.specs" in done.stdout
+
+
+def test_only_loading_a_spec_imports_a_module_by_name():
+    """A dependency of the package on itself is a plain import, which the
+    layer check reads; a module named by a string is a user's spec (a
+    target, ``--properties``, ``--machine``, ``--mutants-from``), loaded by
+    :func:`c128a.targets.import_object` alone."""
+    by_name = sorted(
+        str(path.relative_to(PACKAGE_ROOT))
+        for path in (PACKAGE_ROOT / "c128a").rglob("*.py")
+        if "import_module(" in path.read_text() or "__import__(" in path.read_text()
+    )
+    assert by_name == ["c128a/targets/specs.py"]
+
+
+def test_the_facade_and_the_command_line_import_torch_on_first_use_only():
+    """``import c128a.cli`` imports no torch (a Ctrl-C while it starts
+    reaches its handler); each name of the facade is there on first use."""
+    program = (
+        "import sys, c128a, c128a.cli\n"
+        "assert 'torch' not in sys.modules, 'torch imported by c128a or c128a.cli'\n"
+        "assert set(c128a.__all__) <= set(dir(c128a))\n"
+        "assert all(getattr(c128a, name) is not None for name in c128a.__all__)\n"
+        "assert 'torch' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
