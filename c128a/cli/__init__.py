@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
+from ..interrupts import HeldSignals
 from . import watched
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -83,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(argv: list[str] | None) -> int:
     # SIGTERM or SIGHUP while the subcommands import torch (seconds): one
     # line, as for Ctrl-C, not a silent death by the signal.
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, _raise_startup_signal)
-                    for signum in (signal.SIGTERM, signal.SIGHUP)}
+    held = HeldSignals(_raise_startup_signal, (signal.SIGTERM, signal.SIGHUP))
     try:
         parser = build_parser()
     except KeyboardInterrupt:
@@ -97,8 +94,7 @@ def run_command(argv: list[str] | None) -> int:
               "nothing ran", file=sys.stderr)
         return 128 + stop.signum
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        held.restore()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)

@@ -25,11 +25,11 @@ import argparse
 import math
 import signal
 import sys
-import threading
 from pathlib import Path
 
 from .. import options
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
+from ..interrupts import HeldSignals
 from ..options import add_to_argparse
 from ..runners.bisect import bisect, commit_of
 from ..runners.revisions import (
@@ -107,10 +107,7 @@ def _interrupt(signum: int, frame=None) -> None:
 
 def interruptible(command: str, run) -> int:
     """``run()``'s status; after SIGINT or SIGTERM one line and 128 + the signal."""
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, _interrupt)
-                    for signum in (signal.SIGINT, signal.SIGTERM)}
+    held = HeldSignals(_interrupt, (signal.SIGINT, signal.SIGTERM))
     try:
         return run()
     except Interrupted as stop:
@@ -119,8 +116,7 @@ def interruptible(command: str, run) -> int:
               "stopped, nothing more runs", file=sys.stderr, flush=True)
         return 128 + stop.signum
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        held.restore()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ from ..cases import (
 )
 from ..checked import load_machine, load_properties
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
+from ..interrupts import HeldSignals
 from .. import options
 from ..options import DEFAULT_PROPERTIES, add_to_argparse
 from ..targets import BUILTIN_TARGETS, TARGET_ENV, check_mapping, held_to
@@ -126,17 +127,14 @@ class ChildSignals:
         self.group: int | None = None  # the running child's process group
         self.starting = False  # a child is being started: its group is not known yet
         self.received: int | None = None
-        self.previous: dict[int, object] = {}
+        self.held: HeldSignals | None = None
 
     def __enter__(self) -> "ChildSignals":
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {signum: signal.signal(signum, self.handle)
-                             for signum in (signal.SIGINT, signal.SIGTERM)}
+        self.held = HeldSignals(self.handle, (signal.SIGINT, signal.SIGTERM))
         return self
 
     def __exit__(self, *exc_info) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+        self.held.restore()
 
     def handle(self, signum: int, frame=None) -> None:
         first = self.received is None

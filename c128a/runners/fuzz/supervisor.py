@@ -40,7 +40,6 @@ import os
 import queue as queue_module
 import shutil
 import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from rich.live import Live
 
 from ...failures import UsageError
 from ...gpu.pinning import gpu_for_worker
+from ...interrupts import HeldSignals
 from .casebook import CaseBook, fallback_folders
 from .channel import ChannelError, ChannelReader, ChannelWriter
 from .config import FuzzConfig, check_paths
@@ -411,11 +411,11 @@ class Supervisor(MessageHandlers, LostWorkers):
     def run(self, signals: RunSignals | None = None) -> dict[str, Any]:
         """The rounds, to the last worker's end; the report. A stop signal
         meanwhile goes to :meth:`interrupt`, through ``signals`` when given."""
-        previous = {}
+        held = None
         if signals is not None:
             signals.delegate = self.interrupt
-        elif threading.current_thread() is threading.main_thread():
-            previous = {signum: signal.signal(signum, self.interrupt) for signum in STOP_SIGNALS}
+        else:
+            held = HeldSignals(self.interrupt, STOP_SIGNALS)
         live = self.config.live if self.config.live is not None else self.console.is_terminal
         last_log = last_retry = time.monotonic()
         display = Live(render(self), console=self.console, refresh_per_second=4) if live else None
@@ -477,8 +477,8 @@ class Supervisor(MessageHandlers, LostWorkers):
                 display.stop()
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.book.retry_unwritten()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            if held is not None:
+                held.restore()
             if signals is not None:
                 signals.delegate = None
         return self.report()
