@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from c128a import cases, files
-from c128a.gpu import pinning, sanitizer
+from c128a.gpu import compute_sanitizer, pinning
 
 
 @pytest.mark.parametrize("name", cases.__all__)
@@ -36,11 +36,11 @@ def test_the_former_gpu_modules_are_the_moved_ones():
 
     assert former_gpus.pin_to_gpu is pinning.pin_to_gpu
     assert former_gpus.workers_per_gpu is pinning.workers_per_gpu
-    assert former_sanitizer.run_sanitizer is sanitizer.run_sanitizer
-    assert former_sanitizer.PROPERTIES == sanitizer.PROPERTIES
+    assert former_sanitizer.run_sanitizer is compute_sanitizer.run_sanitizer
+    assert former_sanitizer.PROPERTIES == compute_sanitizer.PROPERTIES
 
 
-@pytest.mark.parametrize("module", ["c128a.runners.sanitizer", "c128a.gpu.sanitizer"])
+@pytest.mark.parametrize("module", ["c128a.runners.sanitizer", "c128a.gpu.compute_sanitizer"])
 def test_the_sanitizer_child_runs_under_either_name(module):
     done = subprocess.run([sys.executable, "-m", module, "--help"],
                           capture_output=True, text=True, timeout=120)

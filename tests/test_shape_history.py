@@ -2,7 +2,7 @@
 other decode and prefill rows, another R and B, and its buffers placed
 otherwise. A step records that shape (``Batch.prior``), a case saves it and
 ``c128a replay`` rebuilds it; ``history_independent`` and the serving loop
-build it; the mutants of :mod:`c128a.mutants.shape_history` show it matters.
+build it; the mutants of :mod:`c128a.mutants.shape_history_faults` show it matters.
 (Their reach is proven in ``tests/test_reach.py``.)"""
 
 from __future__ import annotations

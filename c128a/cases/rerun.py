@@ -28,7 +28,7 @@ from ..checked import load_machine, load_properties
 from ..checks.profiles import register_profiles
 from ..contract import padding_rows_of, target_capacity, target_width
 from ..failures import CaseError, ContractViolation, failure_text, is_kill
-from ..gpu import sanitizer
+from ..gpu import compute_sanitizer
 from ..hypothesis_private import blob_misfit
 from ..replay.recorded import MachineSteps, machine_steps_of
 from ..step import Batch
@@ -302,15 +302,15 @@ def replay_variant(case: Case, override: str | None = None) -> str | None:
 def replay_under_sanitizer(case: Case, target, device: torch.device) -> Outcome:
     """A sanitizer case: its step built again under the tool that reported it,
     in a child process on the GPU."""
-    tool = case.property.removeprefix(sanitizer.PROPERTY_PREFIX)
+    tool = case.property.removeprefix(compute_sanitizer.PROPERTY_PREFIX)
     if case.batch is None:
         raise CaseError(case.path, "batch", "a sanitizer case needs its concrete inputs")
     if device.type != "cuda":
         return Outcome(CANNOT_REPLAY, f"a {tool} case replays on a GPU only (device {device})")
     try:
-        run = sanitizer.run_sanitizer(tool, target.spec, padding_rows=target.padding_rows,
+        run = compute_sanitizer.run_sanitizer(tool, target.spec, padding_rows=target.padding_rows,
                                       batches=[case.batch.to_json()])
-    except sanitizer.SanitizerUnavailable as exc:
+    except compute_sanitizer.SanitizerUnavailable as exc:
         return Outcome(CANNOT_REPLAY, str(exc))
     if run.errors:
         return Outcome(CANNOT_REPLAY, "; ".join(run.errors))
@@ -329,7 +329,7 @@ def replay_case(
     chooses (``padding_rows``, an override, else the case's recorded one)."""
     device = torch.device(device)
     target = held_to(target, replay_variant(case, padding_rows))
-    if case.property in sanitizer.PROPERTIES:
+    if case.property in compute_sanitizer.PROPERTIES:
         return replay_under_sanitizer(case, target, device)
     if case.property == SERVING_LOOP:
         if machine_factory is None:

@@ -25,7 +25,7 @@ from ..contract import COMPRESS_RATIO, target_width
 from ..failures import HarnessError, InvariantViolation, call_target
 from ..step import Batch, Buffers, BuildResult, oracle_build
 from ..step.buffers import tuple_of_views
-from ..step.consumers import ConsumerInputs
+from ..step.consumer_inputs import ConsumerInputs
 from .consumers import consumers_of
 from .diff import setting
 

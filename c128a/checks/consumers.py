@@ -3,9 +3,9 @@ eagerly and as captured in a CUDA graph.
 
 What a consumer *publishes* is what a downstream attention kernel may read:
 per row its length, and the leading columns within that length
-(:mod:`c128a.contract.consumers`). The invariant: every consumer of the
+(:mod:`c128a.contract.oracle_consumers`). The invariant: every consumer of the
 target (the oracle's for a target that names none,
-:data:`~c128a.step.consumers.ORACLE_CONSUMERS`) publishes, fed the
+:data:`~c128a.step.consumer_inputs.ORACLE_CONSUMERS`) publishes, fed the
 adaptive build's views, what it publishes fed the full-width build's
 views, and what the oracle's consumer publishes fed the oracle's views.
 """
@@ -18,7 +18,7 @@ import torch
 from ..contract import SLOTS
 from ..failures import InvariantViolation, call_target
 from ..step import Batch, Buffers, BuildResult, build, oracle_build
-from ..step.consumers import ORACLE_CONSUMERS, PREFILL_TOKENS, Consumer, ConsumerInputs
+from ..step.consumer_inputs import ORACLE_CONSUMERS, PREFILL_TOKENS, Consumer, ConsumerInputs
 from .diff import setting, token, window
 
 NAME = "consumers"

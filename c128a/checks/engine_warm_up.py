@@ -36,7 +36,7 @@ import torch
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, capacity_width, policy
 from ..failures import HarnessError, InvariantViolation, call_target
 from ..step import Batch, PaddingToken, StepRequest, assemble_batch, build
-from ..step.consumers import ConsumerInputs
+from ..step.consumer_inputs import ConsumerInputs
 from .compile_keys import PAGE_TOKENS, describe_miss, engine_step, step_launches
 from .consumers import consumers_of
 

@@ -1,7 +1,7 @@
 """``c128a bisect``: the first commit of a vLLM checkout at which a check fails.
 
 ``c128a bisect --checkout PATH --good REV --bad REV [-k EXPR]`` searches the
-revisions between them as ``git bisect`` does (:mod:`c128a.runners.bisect`),
+revisions between them as ``git bisect`` does (:mod:`c128a.runners.bisection`),
 each checked in a child process of its own with a time limit
 (:mod:`c128a.runners.revisions`): the checks are those of the property suite
 that fail at the bad revision (``-k`` narrows them first, as pytest's does);
@@ -31,7 +31,7 @@ from .. import options
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
 from ..interrupts import HeldSignals
 from ..options import add_to_argparse
-from ..runners.bisect import bisect, commit_of
+from ..runners.bisection import bisect, commit_of
 from ..runners.revisions import (
     CHECKED,
     DEFAULT_MAX_EXAMPLES,

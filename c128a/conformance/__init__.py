@@ -30,13 +30,13 @@ CHECKS_BESIDE_PROPERTIES = (
 steps into one set of buffers, the CUDA-graph replay scenarios, the serving
 loop's state machine, the recompile sweep, and no compile after the engine's
 own warm-up (the sanitizer's are named by
-:data:`c128a.gpu.sanitizer.PROPERTIES`)."""
+:data:`c128a.gpu.compute_sanitizer.PROPERTIES`)."""
 
 
 def check_names() -> tuple[str, ...]:
     """Every name a ``conformance`` marker may carry, cases aside."""
     from c128a.checks import PROPERTIES
-    from c128a.gpu.sanitizer import PROPERTIES as SANITIZER_PROPERTIES
+    from c128a.gpu.compute_sanitizer import PROPERTIES as SANITIZER_PROPERTIES
 
     return (*PROPERTIES, *CHECKS_BESIDE_PROPERTIES, *SANITIZER_PROPERTIES)
 

@@ -142,7 +142,7 @@ def freeze_startup_heap() -> None:
     """Collect garbage once, then exclude what survived (torch, Triton,
     Hypothesis, the suite: everything a worker loaded at start-up) from every
     later collection. A CUDA graph capture collects garbage first
-    (:class:`c128a.kernels.consumer.GraphConsumer`); over the whole heap that
+    (:class:`c128a.kernels.consumer_kernel.GraphConsumer`); over the whole heap that
     took far longer than over what came after start-up (README,
     "Measurements behind the code's choices"). What is frozen lives as long
     as the process anyway; call :func:`thaw_heap` before the process ends, so that its finalisation

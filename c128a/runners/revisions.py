@@ -301,7 +301,7 @@ def _child(request: Request, send, lifeline) -> None:
 
 
 _CONTEXT = None
-KERNELS = "c128a.kernels.vllm_release"
+KERNELS = "c128a.kernels.vllm_extracts"
 
 
 def _context():

@@ -11,8 +11,8 @@ import types
 import torch
 
 from ..contract import oracle
-from ..step.consumers import ORACLE_CONSUMERS, Consumer, ConsumerInputs
-from ..step.consumers import oracle_global_topk, oracle_mixed_sparse
+from ..step.consumer_inputs import ORACLE_CONSUMERS, Consumer, ConsumerInputs
+from ..step.consumer_inputs import oracle_global_topk, oracle_mixed_sparse
 from .registry import Mutant, register
 
 

@@ -19,7 +19,7 @@ read the very entries left uninitialised), compared exactly. The child prints
 a marker before and after each build and synchronises in between, so each of
 the sanitizer's reports is attributed to the step that caused it.
 
-:func:`run_sanitizer` is the parent's side; ``python -m c128a.gpu.sanitizer``
+:func:`run_sanitizer` is the parent's side; ``python -m c128a.gpu.compute_sanitizer``
 the child's. Saving findings as cases is the caller's (``c128a sanitize``).
 """
 
@@ -138,7 +138,7 @@ def run_sanitizer(
     with tempfile.TemporaryDirectory(prefix="c128a-sanitize-") as scratch:
         inputs = Path(scratch) / "batches.json"
         inputs.write_text(json.dumps({"batches": batches or []}))
-        child = [sys.executable, "-m", "c128a.gpu.sanitizer", "--target", target,
+        child = [sys.executable, "-m", "c128a.gpu.compute_sanitizer", "--target", target,
                  "--batches", str(inputs), "--examples", str(examples), "--seed", str(seed),
                  "--device", device,
                  *(["--historical"] if historical else []),
@@ -286,7 +286,7 @@ def _own_allocations(batch, device, width: int, padding_rows: str):
 
 
 def _child(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m c128a.gpu.sanitizer")
+    parser = argparse.ArgumentParser(prog="python -m c128a.gpu.compute_sanitizer")
     parser.add_argument("--target", required=True)
     parser.add_argument("--padding-rows", default=None)
     parser.add_argument("--batches", required=True)
