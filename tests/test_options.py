@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 
 import pytest
 
 from c128a import checked, cli, options
 from c128a.cli import replay as replay_cli
+from c128a.cli import fuzz as fuzz_cli
 from c128a.cli import sanitize as sanitize_cli
 from c128a.failures import UsageError
-from c128a.runners.fuzz import FuzzConfig
+from c128a.runners.fuzz import FuzzConfig, FuzzOptions
 from c128a.runners.fuzz import config as fuzz_config
 from c128a.targets import import_object
 
@@ -148,3 +150,17 @@ def test_the_default_properties_and_machine_resolve_in_one_place():
     assert checked.load_properties(f"{__name__}:OWN_PROPERTIES") is OWN_PROPERTIES
     with pytest.raises(UsageError, match="--machine 'no_such_module:machine'"):
         checked.load_machine("no_such_module:machine")
+
+
+def test_each_fuzz_option_is_declared_once_on_its_field():
+    """``c128a fuzz`` has an option for each field of FuzzOptions (the
+    ``--config`` file's keys) and no other, each from the field's own
+    declaration (or the shared one it names)."""
+    parser = argparse.ArgumentParser()
+    fuzz_cli.configure_parser(parser)
+    named = {spec.name for spec in dataclasses.fields(FuzzOptions)}
+    assert set(vars(parser.parse_args([]))) - {"config"} == named
+    target_arguments = {"target", "padding_rows", "device"}
+    for spec in dataclasses.fields(FuzzOptions):
+        declared = [key for key in ("fuzz", "shared") if key in spec.metadata]
+        assert len(declared) == (0 if spec.name in target_arguments else 1), spec.name
