@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
+from c128a.cases import load_case, new_case, write_case
 from c128a.checks import PROPERTIES
 from c128a.conformance.saved_failures import FailingSteps
 from c128a.failures import InvariantViolation
 from c128a.replay import COMPILE_KEYS_SETTINGS, compile_keys_machine
-from c128a.runners.cases import load_case, new_case, write_case
 from c128a.runners.killmatrix import ci_settings, run_property
 from c128a.targets import load_target
 

@@ -25,9 +25,10 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.contract import oracle
-from c128a.runners import cases, fuzz
+from c128a.files import atomic_write_json
+from c128a.runners import fuzz
 from c128a.runners.fuzz import supervisor
 from helpers import (
     TESTS,
@@ -618,7 +619,7 @@ def test_case_files_and_reports_get_the_usual_mode(tmp_path):
     try:
         case = cases.new_case(property="p", target="t", kind="crash", failure="f", seed=1)
         path, new = cases.write_case(case, tmp_path)
-        cases.atomic_write_json(tmp_path / "report.json", {"a": 1})
+        atomic_write_json(tmp_path / "report.json", {"a": 1})
     finally:
         os.umask(previous)
     assert new

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from c128a.runners import cases
 from helpers import (
     PACKAGE_ROOT,
     alive,

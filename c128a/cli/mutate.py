@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from ..failures import UsageError
-from ..runners.cases import output_file_problem
+from ..files import output_file_problem
 from ..runners.mutation import (
     DEFAULT_KNOWN,
     KERNEL_SUBJECTS,

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..failures import UsageError
-from .cases import output_file_problem, regular_file_problem
+from ..files import output_file_problem, regular_file_problem
 
 OPTION = "--update-docs"
 

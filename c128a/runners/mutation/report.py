@@ -249,7 +249,7 @@ def json_report(verdict: Verdict, header: dict) -> str:
 
 def machine() -> str:
     """This machine in a few words: its host name, cores and platform."""
-    from ..gpus import usable_cores
+    from ...gpu.pinning import usable_cores
 
     return f"{platform.node()} ({usable_cores()} cores, {platform.platform(terse=True)})"
 

@@ -40,7 +40,7 @@ from typing import Callable
 
 from ...failures import HarnessError, UsageError
 from ..fuzz.process import kill_group
-from ..gpus import usable_cores
+from ...gpu.pinning import usable_cores
 from .child import child_main
 from .known import read_known
 from .mutator import Mutant, mutants_of

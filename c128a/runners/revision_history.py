@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..targets.vllm_source import git
 from . import revisions
-from .bisect import commit_of
+from .bisection import commit_of
 
 
 @dataclass(frozen=True)

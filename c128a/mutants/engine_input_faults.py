@@ -18,7 +18,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ..contract import BuildArgs, Views, attended_lengths, returned_views
 from ..contract import check_build_arguments as validated
 from .builders import rows_of, write, write_and_return
-from .consumers import _KernelNamespace
+from .consumer_faults import KeyedNamespace
 from .registry import Mutant, builder_mutant, register
 
 WRITES_AN_INPUT = "inputs written by the builder"
@@ -279,5 +279,5 @@ register(Mutant(
     "the first unaligned input slice compiles during inference",
     "recompilation mid-inference",
     ("compile_keys",),
-    _KernelNamespace("c128a.kernels.keyed", "aligned_inputs_only"),
+    KeyedNamespace("aligned_inputs_only"),
 ))
