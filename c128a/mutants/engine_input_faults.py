@@ -105,7 +105,14 @@ def _aligned_down(tensor: torch.Tensor) -> torch.Tensor:
 def _assumes_aligned(name: str):
     def build(args: BuildArgs) -> Views:
         validated(args)
-        write(args, *rows_of(args._replace(**{name: _aligned_down(getattr(args, name))})))
+        early = _aligned_down(getattr(args, name))
+        if name == "token_to_req_indices":
+            # A kernel reading the row early takes what it finds as a table
+            # row and reads wrong pages; the oracle's gather would instead
+            # stop a CUDA process on an index out of range (a device-side
+            # assert ends every later check of the process).
+            early = early.clamp(0, max(args.block_table.shape[0] - 1, 0))
+        write(args, *rows_of(args._replace(**{name: early})))
         return returned_views(args)
 
     build.__name__ = f"_build_assumes_aligned_{name}"
