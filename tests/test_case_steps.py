@@ -280,7 +280,7 @@ EDITS = {
 
 @pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS)
 def test_an_edited_serving_loop_case_is_refused_naming_the_file_and_the_field(
-    tmp_path, fresh_case, capsys, edit
+    tmp_path, fresh_case, capsys, edit, c128a_device
 ):
     """The steps a case records are tied to it by the digest written with
     them: emptied or with another engine, they no longer hold the failure the
@@ -291,7 +291,8 @@ def test_an_edited_serving_loop_case_is_refused_naming_the_file_and_the_field(
         cases.load_case(path)
     assert raised.value.field == "machine_steps"
     assert "changed since the case was written" in raised.value.rule
-    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference"]) == 2
+    assert cli.main(["replay", str(path), "--device", c128a_device.type,
+                     "--target", "reference"]) == 2
     captured = capsys.readouterr()
     [line] = captured.err.splitlines()
     assert line.startswith(f"error: {path}: field 'machine_steps': changed since"), line
