@@ -3,7 +3,7 @@
 # Extra arguments go to `c128a fuzz` and override the file, e.g.
 #   fuzz/nightly.sh --minutes 60 --db redis://fuzz-db:6379/0
 # Exit status: 0 clean, 1 failures found (new cases in c128a/conformance/regressions), 2 setup
-# error, or a run that checked nothing or not every property (README, "Fuzzing overnight").
+# error, or a run that checked nothing or not every property (docs/how-to/fuzz-overnight.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -z "${C128A_PYTHON:-}" && -x .venv/bin/python ]]; then

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.cli.fuzz import configure_parser, options_from_args
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from c128a.runners import cases
 from c128a.runners.fuzz import FuzzOptions, load_config_file
 from c128a.targets import TARGET_ENV
 

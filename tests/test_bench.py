@@ -167,7 +167,7 @@ NO_LAUNCHER_STAND_IN = textwrap.dedent(
 @pytest.fixture(scope="module")
 def bench():
     """The timing mode's runner (it imports the kernels: after the plugin chose the device)."""
-    from c128a.runners import bench as runner
+    from c128a.runners import benchmark as runner
 
     return runner
 

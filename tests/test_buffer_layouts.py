@@ -11,10 +11,10 @@ import json
 import pytest
 import torch
 
+from c128a import cases
 from c128a.checks import check_step, check_untouched_memory
 from c128a.failures import CaseError, InvariantViolation
 from c128a.mutants import MUTANTS
-from c128a.runners import cases
 from c128a.step import (
     POISON,
     Batch,

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from c128a import cli
+from c128a import cases, cli
+from c128a.cases import rerun, store
 from c128a.conformance import KEPT_CASES
 from c128a.failures import ContractViolation
 from c128a.replay import machine_steps_of, serving_loop_machine
-from c128a.runners import cases
 from c128a.targets import load_target
 
 KEPT_SERVING_LOOP = KEPT_CASES / "serving_loop-eb72c0efdf9f.json"
@@ -54,7 +54,7 @@ WITHOUT_A_USABLE_BLOB = {
 def test_the_kept_serving_loop_case_replays_from_its_steps_without_the_blob(
     tmp_path, monkeypatch, edit
 ):
-    monkeypatch.setattr(cases, "run_state_machine_as_test", no_hypothesis)
+    monkeypatch.setattr(rerun, "run_state_machine_as_test", no_hypothesis)
     case = cases.load_case(kept_copy(tmp_path, edit))
     assert case.machine_steps is not None and case.machine_steps.steps
     still = cases.replay_case(case, load_target(PACKED_STRIDE), "cpu")
@@ -95,7 +95,7 @@ def test_the_kept_serving_loop_case_is_not_skipped_under_another_hypothesis(
     """The conformance suite's replay of the kept cases, with another
     Hypothesis release installed (the blob's version no longer matches): the
     serving-loop case runs and passes on a correct target, never skipped."""
-    monkeypatch.setattr(cases, "HYPOTHESIS_VERSION", ANOTHER_RELEASE)
+    monkeypatch.setattr(rerun, "HYPOTHESIS_VERSION", ANOTHER_RELEASE)
     result = pytester.runpytest(
         "--pyargs", "c128a.conformance.test_regressions", "-p", "no:cacheprovider",
         f"--c128a-device={c128a_device.type}", "--c128a-target=reference",
@@ -190,7 +190,7 @@ def test_no_kept_case_needs_its_blob(tmp_path, monkeypatch, kept):
     data["versions"]["hypothesis"] = ANOTHER_RELEASE
     path = tmp_path / kept.name
     path.write_text(json.dumps(data))
-    monkeypatch.setattr(cases, "run_state_machine_as_test", no_hypothesis)
+    monkeypatch.setattr(rerun, "run_state_machine_as_test", no_hypothesis)
     case = cases.load_case(path)
     assert not cases.needs_its_blob(case)
     outcome = cases.replay_case(case, load_target(case.target), "cpu")
@@ -258,7 +258,7 @@ def test_a_serving_loop_failure_at_capture_replays_from_its_engine_without_the_b
     case = cases.load_case(capture_case)
     assert case.machine_steps is not None and case.machine_steps.steps == ()
     assert (case.machine_steps.max_model_len, case.machine_steps.capture_width) == (262144, 2048)
-    monkeypatch.setattr(cases, "run_state_machine_as_test", no_hypothesis)
+    monkeypatch.setattr(rerun, "run_state_machine_as_test", no_hypothesis)
     without_blob = cases.load_case(fresh_copy(capture_case, tmp_path, lambda d: (
         d.update(reproduce_blob=None), d["versions"].update(hypothesis=ANOTHER_RELEASE))))
     still = cases.replay_case(without_blob, load_target(CAPTURE_FAILS), "cpu")
@@ -280,7 +280,7 @@ EDITS = {
 
 @pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS)
 def test_an_edited_serving_loop_case_is_refused_naming_the_file_and_the_field(
-    tmp_path, fresh_case, capsys, edit
+    tmp_path, fresh_case, capsys, edit, c128a_device
 ):
     """The steps a case records are tied to it by the digest written with
     them: emptied or with another engine, they no longer hold the failure the
@@ -291,7 +291,8 @@ def test_an_edited_serving_loop_case_is_refused_naming_the_file_and_the_field(
         cases.load_case(path)
     assert raised.value.field == "machine_steps"
     assert "changed since the case was written" in raised.value.rule
-    assert cli.main(["replay", str(path), "--device", "cpu", "--target", "reference"]) == 2
+    assert cli.main(["replay", str(path), "--device", c128a_device.type,
+                     "--target", "reference"]) == 2
     captured = capsys.readouterr()
     [line] = captured.err.splitlines()
     assert line.startswith(f"error: {path}: field 'machine_steps': changed since"), line
@@ -326,7 +327,7 @@ def test_a_serving_loop_case_too_large_with_its_steps_is_saved_with_its_blob(
     without_steps = dataclasses.replace(case, machine_steps=None, machine_steps_digest=None)
     room = len(json.dumps(without_steps.to_json(), separators=(",", ":"))) + 400
     assert room < len(json.dumps(case.to_json(), separators=(",", ":")))
-    monkeypatch.setattr(cases, "MAX_CASE_BYTES", room)
+    monkeypatch.setattr(store, "MAX_CASE_BYTES", room)
     path, new = cases.write_case(case, tmp_path)
     assert new and path.stat().st_size <= room
     saved = cases.load_case(path)

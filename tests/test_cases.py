@@ -12,11 +12,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from c128a import cli
+from c128a import cases, cli
+from c128a.cases import store
 from c128a.checks import Property
 from c128a.contract import oracle
 from c128a.failures import CaseError, InvariantViolation
-from c128a.runners import cases
+from c128a.files import readable_json
 from c128a.runners.fuzz.casebook import CaseBook
 from c128a.step import Batch, build
 from helpers import fill_to_the_last_byte, small_tmpfs
@@ -284,8 +285,8 @@ LFS_POINTER = ("version https://git-lfs.github.com/spec/v1\n"
 def _merge_conflict(path: Path) -> None:
     """The case and another one in a conflict's markers, as a merge leaves a
     committed cases folder."""
-    ours = cases.readable_json(make_case().to_json())
-    theirs = cases.readable_json(make_case(failure="other words").to_json())
+    ours = readable_json(make_case().to_json())
+    theirs = readable_json(make_case(failure="other words").to_json())
     path.write_text(f"<<<<<<< HEAD\n{ours}\n=======\n{theirs}\n>>>>>>> other-branch\n")
 
 
@@ -447,7 +448,7 @@ def test_a_fuzz_run_keeps_its_finding_past_files_in_its_cases_name(tmp_path):
 def small_case_limit(monkeypatch) -> int:
     """The one limit on a case's size, made 1 MiB: the writer and the reader
     both follow it (it is defined once)."""
-    monkeypatch.setattr(cases, "MAX_CASE_BYTES", 1 << 20)
+    monkeypatch.setattr(store, "MAX_CASE_BYTES", 1 << 20)
     return 1 << 20
 
 
@@ -474,7 +475,7 @@ def test_a_case_with_a_huge_message_is_saved_in_a_form_replay_reads(tmp_path, sm
 def test_a_case_no_form_of_which_fits_is_kept_whole_in_the_report(tmp_path, monkeypatch):
     """Where even the cut form is larger than the limit, the case is not
     written half: the run keeps it whole in its report entry and says why."""
-    monkeypatch.setattr(cases, "MAX_CASE_BYTES", 1000)
+    monkeypatch.setattr(store, "MAX_CASE_BYTES", 1000)
     book = CaseBook(tmp_path / "cases")
     case = make_case()
     book.found(0, case)

@@ -9,10 +9,9 @@ from dataclasses import fields
 
 import pytest
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.cli.fuzz import configure_parser, options_from_args
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from c128a.runners import cases
 from c128a.runners.fuzz import FuzzOptions
 
 MUTANT = "c128a.mutants:off_by_one_length"

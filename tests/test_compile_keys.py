@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
+from c128a.cases import load_case, new_case, write_case
 from c128a.checks import PROPERTIES
 from c128a.conformance.saved_failures import FailingSteps
 from c128a.failures import InvariantViolation
 from c128a.replay import COMPILE_KEYS_SETTINGS, compile_keys_machine
-from c128a.runners.cases import load_case, new_case, write_case
 from c128a.runners.killmatrix import ci_settings, run_property
 from c128a.targets import load_target
 
@@ -31,7 +31,8 @@ KNOWN_FINDINGS = {
     for version in ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 }
 """vLLM release -> (who launches, the kernel, the parameter) of the miss the
-check finds there (README, "Findings in released vLLM")."""
+check finds there (docs/explanation/compile-keys.md,
+"Findings in released vLLM")."""
 
 
 def _release(target) -> str | None:

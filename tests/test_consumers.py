@@ -17,7 +17,7 @@ from c128a.checks import PROPERTIES
 from c128a.checks.consumers import consumers_of
 from c128a.mutants import MUTANTS
 from c128a.runners.killmatrix import kill_matrix
-from c128a.step.consumers import CONSUMER_NAMES
+from c128a.step.consumer_inputs import CONSUMER_NAMES
 from c128a.targets import load_target
 from c128a.targets.vllm_release import cache_folder, cached_wheel
 
@@ -112,7 +112,7 @@ def test_consumer_block_tables_keep_slot_ids_within_32_bits(block_size):
     B + offset) fit int32 at any B up to C = 8,192: at B = 8,192 they once
     overflowed, and the oracle's consumer published a negative slot id that
     vLLM's `mixed_sparse` did not (found on the H200, gpu profile)."""
-    from c128a.step.consumers import _table
+    from c128a.step.consumer_inputs import _table
 
     pages = _table(64, 300, salt=11, block_size=block_size).to(torch.int64)
     assert int(pages.min()) >= 1

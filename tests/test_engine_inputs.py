@@ -190,7 +190,7 @@ def test_an_earlier_step_at_the_same_addresses_with_another_row_stride():
 
 
 def test_a_case_records_placement_and_values_and_replays_them(tmp_path):
-    from c128a.runners import cases
+    from c128a import cases
 
     batch = dataclasses.replace(PLACED, slot_mapping=tuple(
         engine_slot(5, r, p, True) for r, p in zip(PLACED.token_to_req_indices, PLACED.positions)),

@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 from rich.console import Console
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.checks import Property
 from c128a.cli.fuzz import configure_parser, options_from_args
 from c128a.contract import oracle
 from c128a.failures import InvariantViolation, UsageError
-from c128a.runners import cases, fuzz
+from c128a.runners import fuzz
 from c128a.step import Batch, build
 from helpers import free_port
 
@@ -430,7 +430,7 @@ def test_an_option_out_of_its_range_is_a_usage_error_before_the_run(
 
 def test_the_bounds_of_minutes_and_workers_are_allowed():
     from c128a.runners.fuzz import config
-    from c128a.runners.gpus import usable_cores
+    from c128a.gpu.pinning import usable_cores
 
     most = min(config.WORKERS_PER_CORE * usable_cores(), config.MAX_WORKERS)
     options = fuzz.FuzzOptions(minutes=config.MAX_MINUTES, workers=most,

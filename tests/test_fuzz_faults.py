@@ -25,9 +25,10 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.contract import oracle
-from c128a.runners import cases, fuzz
+from c128a.files import atomic_write_json
+from c128a.runners import fuzz
 from c128a.runners.fuzz import supervisor
 from helpers import (
     TESTS,
@@ -325,7 +326,8 @@ def test_serving_loop_failure_found_before_a_stop_is_saved_while_it_shrinks(
 
 BOUND_SLACK_S = 4.0
 """What a run may take past its deadline and grace on a loaded machine: the
-poll, the kills, the report (the bound the README states is 10 s in all)."""
+poll, the kills, the report (the bound
+docs/explanation/fuzz-runner.md states is 10 s in all)."""
 
 
 def test_failure_still_shrinking_when_the_deadline_grace_ends_is_saved(tmp_path, monkeypatch):
@@ -617,7 +619,7 @@ def test_case_files_and_reports_get_the_usual_mode(tmp_path):
     try:
         case = cases.new_case(property="p", target="t", kind="crash", failure="f", seed=1)
         path, new = cases.write_case(case, tmp_path)
-        cases.atomic_write_json(tmp_path / "report.json", {"a": 1})
+        atomic_write_json(tmp_path / "report.json", {"a": 1})
     finally:
         os.umask(previous)
     assert new

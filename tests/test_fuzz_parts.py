@@ -20,8 +20,8 @@ import threading
 import pytest
 from rich.console import Console
 
+from c128a import cases
 from c128a.failures import EXIT_USAGE
-from c128a.runners import cases
 from c128a.runners.fuzz import casebook, channel, protocol, rundir
 from c128a.runners.fuzz.casebook import CaseBook
 from c128a.runners.fuzz.inflight import (
@@ -83,8 +83,9 @@ def sent(supervisor: Supervisor, *messages) -> None:
 
 
 def test_the_supervisor_has_one_handler_for_each_message_kind(supervisor):
-    assert set(supervisor.handlers) == set(protocol.MESSAGES)
-    assert all(callable(getattr(supervisor, name)) for name in supervisor.handlers.values())
+    handlers = supervisor.messages
+    assert set(handlers.handlers) == set(protocol.MESSAGES)
+    assert all(callable(getattr(handlers, name)) for name in handlers.handlers.values())
 
 
 @pytest.mark.parametrize("unknown", [
@@ -322,7 +323,7 @@ def test_a_shrunk_failure_ends_what_was_held_of_its_shrinking(supervisor, tmp_pa
          protocol.Shrinking(0, smaller), protocol.Failure(0, shrunk), protocol.Done(0))
     [entry] = supervisor.report()["cases"]
     assert saved(tmp_path) == [cases.case_filename(shrunk)] and entry["shrunk"] is True
-    assert supervisor.best == {}
+    assert supervisor.losses.best == {}
 
 
 def test_a_run_with_no_example_is_not_clean_and_says_why(supervisor):

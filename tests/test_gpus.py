@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from c128a.failures import GpuPinningError
-from c128a.runners import gpus
+from c128a.gpu import pinning
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))
 def test_workers_are_spread_round_robin(worker, count):
-    index = gpus.gpu_for_worker(worker, count)
+    index = pinning.gpu_for_worker(worker, count)
     assert 0 <= index < count
-    assert gpus.gpu_for_worker(worker + count, count) == index
+    assert pinning.gpu_for_worker(worker + count, count) == index
     if worker < count:
         assert index == worker
 
@@ -26,12 +26,12 @@ def test_workers_are_spread_round_robin(worker, count):
 def test_bad_worker_or_count_is_refused_by_name(worker, count):
     name = "worker_index" if worker < 0 else "gpu_count"
     with pytest.raises(GpuPinningError, match=name):
-        gpus.gpu_for_worker(worker, count)
+        pinning.gpu_for_worker(worker, count)
 
 
 def test_pin_without_a_visible_list_uses_the_index():
     env = {}
-    assert gpus.pin_to_gpu(3, env) == "3"
+    assert pinning.pin_to_gpu(3, env) == "3"
     assert env == {"CUDA_VISIBLE_DEVICES": "3"}
 
 
@@ -39,40 +39,40 @@ def test_pin_without_a_visible_list_uses_the_index():
 def test_pin_maps_through_an_existing_visible_list(physical, data):
     index = data.draw(st.integers(0, len(physical) - 1))
     env = {"CUDA_VISIBLE_DEVICES": ",".join(physical)}
-    assert gpus.pin_to_gpu(index, env) == physical[index]
+    assert pinning.pin_to_gpu(index, env) == physical[index]
     assert env["CUDA_VISIBLE_DEVICES"] == physical[index]
 
 
 def test_pin_keeps_uuids_and_ignores_spaces():
     env = {"CUDA_VISIBLE_DEVICES": "GPU-aaaa, GPU-bbbb"}
-    assert gpus.pin_to_gpu(1, env) == "GPU-bbbb"
+    assert pinning.pin_to_gpu(1, env) == "GPU-bbbb"
 
 
 def test_pin_past_the_visible_list_is_refused():
     env = {"CUDA_VISIBLE_DEVICES": "4,5"}
     with pytest.raises(GpuPinningError, match="index=2 is out of range.*'4,5'"):
-        gpus.pin_to_gpu(2, env)
+        pinning.pin_to_gpu(2, env)
     assert env == {"CUDA_VISIBLE_DEVICES": "4,5"}
 
 
 def test_pin_after_cuda_initialised_is_refused(monkeypatch):
-    monkeypatch.setattr(gpus, "cuda_initialized", lambda: True)
+    monkeypatch.setattr(pinning, "cuda_initialized", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with pytest.raises(GpuPinningError, match="already initialised"):
-        gpus.pin_to_gpu(0)
-    assert "CUDA_VISIBLE_DEVICES" not in gpus.os.environ
+        pinning.pin_to_gpu(0)
+    assert "CUDA_VISIBLE_DEVICES" not in pinning.os.environ
 
 
 def test_an_empty_visible_list_means_no_gpu():
-    assert gpus.visible_ids({"CUDA_VISIBLE_DEVICES": ""}) == []
-    assert gpus.visible_gpu_count({"CUDA_VISIBLE_DEVICES": ""}) == 0
+    assert pinning.visible_ids({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert pinning.visible_gpu_count({"CUDA_VISIBLE_DEVICES": ""}) == 0
 
 
 @pytest.mark.slow
 def test_counting_gpus_creates_no_cuda_context():
     code = (
         "import torch\n"
-        "from c128a.runners.gpus import visible_gpu_count\n"
+        "from c128a.gpu.pinning import visible_gpu_count\n"
         "n = visible_gpu_count()\n"
         "assert n == torch.cuda.device_count(), n\n"
         "assert not torch.cuda.is_initialized()\n"
@@ -90,7 +90,7 @@ def test_a_pinned_process_sees_exactly_its_gpu():
     count = torch.cuda.device_count()
     code = (
         "import os, torch\n"
-        "from c128a.runners.gpus import pin_to_gpu\n"
+        "from c128a.gpu.pinning import pin_to_gpu\n"
         f"print(pin_to_gpu({count - 1}))\n"
         "assert torch.cuda.device_count() == 1\n"
         "torch.zeros(1, device='cuda')\n"

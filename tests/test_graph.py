@@ -99,7 +99,7 @@ def test_consume_stops_at_lens_and_marks_reads_outside_the_table():
 
 
 def test_triton_consumer_kernel_matches_the_emulated_consumer(c128a_device):
-    from c128a.kernels.consumer import launch_consumer
+    from c128a.kernels.consumer_kernel import launch_consumer
 
     # Strided indices (row stride 384 > width 256), lens past the width, zero,
     # negative (poison), and indices outside the table.

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from c128a import cases
+from c128a.cases import load_case
 from c128a.conformance import KEPT_CASES
-from c128a.runners import cases
-from c128a.runners.cases import load_case
 
 pytestmark = [pytest.mark.installed, pytest.mark.slow]
 

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 
 import pytest
 
-from c128a import cli, options
+from c128a import checked, cli, options
 from c128a.cli import replay as replay_cli
+from c128a.cli import fuzz as fuzz_cli
 from c128a.cli import sanitize as sanitize_cli
-from c128a.runners import cases
-from c128a.runners.fuzz import FuzzConfig
+from c128a.failures import UsageError
+from c128a.runners.fuzz import FuzzConfig, FuzzOptions
 from c128a.runners.fuzz import config as fuzz_config
+from c128a.targets import import_object
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
 
@@ -109,8 +112,10 @@ def test_fuzz_defaults_come_from_one_place(capsys, monkeypatch):
         options.DEFAULT_CHUNK,
     )
     # The modules that use them name the same objects, not copies.
-    for module in (cases, fuzz_config):
-        for name in ("DEFAULT_CASES_DIR", "DEFAULT_PROPERTIES", "DEFAULT_MACHINE"):
+    for module, names in ((checked, ("DEFAULT_PROPERTIES", "DEFAULT_MACHINE")),
+                          (fuzz_config, ("DEFAULT_CASES_DIR", "DEFAULT_PROPERTIES",
+                                         "DEFAULT_MACHINE"))):
+        for name in names:
             assert getattr(module, name) is getattr(options, name), (module.__name__, name)
     assert fuzz_config.DEFAULT_DB is options.DEFAULT_DB
     assert fuzz_config.DEFAULT_MINUTES is options.DEFAULT_MINUTES
@@ -128,3 +133,34 @@ def test_fuzz_defaults_come_from_one_place(capsys, monkeypatch):
                  f"(default {options.DEFAULT_FUZZ_PROFILE})", f"(default {options.DEFAULT_CHUNK})",
                  f"default: {options.DEFAULT_CASES_DIR}"):
         assert text in fuzz_help
+
+
+OWN_PROPERTIES = {}
+
+
+def test_the_default_properties_and_machine_resolve_in_one_place():
+    """The defaults are imported plainly (the layer check sees them) and are
+    the very objects their ``MODULE:ATTR`` names; any other name is a
+    user's, imported by name, and a bad one is a usage error naming the option."""
+    defaults = checked.load_properties(), checked.load_machine()
+    assert defaults == (import_object(options.DEFAULT_PROPERTIES),
+                        import_object(options.DEFAULT_MACHINE))
+    assert checked.load_properties(options.DEFAULT_PROPERTIES) is defaults[0]
+    assert checked.load_machine(options.DEFAULT_MACHINE) is defaults[1]
+    assert checked.load_properties(f"{__name__}:OWN_PROPERTIES") is OWN_PROPERTIES
+    with pytest.raises(UsageError, match="--machine 'no_such_module:machine'"):
+        checked.load_machine("no_such_module:machine")
+
+
+def test_each_fuzz_option_is_declared_once_on_its_field():
+    """``c128a fuzz`` has an option for each field of FuzzOptions (the
+    ``--config`` file's keys) and no other, each from the field's own
+    declaration (or the shared one it names)."""
+    parser = argparse.ArgumentParser()
+    fuzz_cli.configure_parser(parser)
+    named = {spec.name for spec in dataclasses.fields(FuzzOptions)}
+    assert set(vars(parser.parse_args([]))) - {"config"} == named
+    target_arguments = {"target", "padding_rows", "device"}
+    for spec in dataclasses.fields(FuzzOptions):
+        declared = [key for key in ("fuzz", "shared") if key in spec.metadata]
+        assert len(declared) == (0 if spec.name in target_arguments else 1), spec.name

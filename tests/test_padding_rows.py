@@ -16,13 +16,12 @@ import types
 import pytest
 import torch
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.checks import PROPERTIES, check_padding, check_step
 from c128a.contract import INERT, SLOTS, oracle, padding_rows_of
 from c128a.failures import CaseError, InvariantViolation, ReplayMismatch, TargetSpecError
 from c128a.failures import EXIT_FAILED, EXIT_OK, TargetUnavailable
 from c128a.mutants import MUTANTS
-from c128a.runners import cases
 from c128a.runners.killmatrix import kill_matrix
 from c128a.step import build, oracle_build
 from c128a.strategies import HISTORICAL_BATCHES

@@ -61,7 +61,8 @@ from c128a.strategies.pairs import (
 from c128a.strategies.reach import DIMENSIONS, HISTORY, ONE_BUILD, beyond_budget, expected
 from helpers import fill_to_the_last_byte, small_tmpfs
 
-README = Path(__file__).parent.parent / "README.md"
+REACH_PAGE = Path(__file__).parent.parent / "docs" / "reference" / "reach-tables.md"
+"""The docs page that holds the generated reach tables."""
 
 
 @pytest.mark.parametrize("device", BUDGET_DEVICES)
@@ -216,23 +217,26 @@ def test_the_ci_profile_reaches_every_bucket():
     assert not missing, missing_text({("every property", "cpu"): missing}, "the ci profile")
 
 
-def test_the_readme_shows_the_reach_table_of_these_strategies():
-    text = README.read_text()
+REGENERATE = "run c128a reach --update-docs docs/reference/reach-tables.md"
+
+
+def test_the_docs_show_the_reach_table_of_these_strategies():
+    text = REACH_PAGE.read_text()
     shown = re.search(re.escape(README_START) + r"\n(.*)\n" + re.escape(README_END), text,
                       re.DOTALL)
-    assert shown, f"README.md has no {README_START} ... {README_END} markers"
+    assert shown, f"{REACH_PAGE.name} has no {README_START} ... {README_END} markers"
     assert shown.group(1) == markdown_reach(PROPERTIES), (
-        "README.md's reach table is stale: run c128a reach --update-readme README.md"
+        f"{REACH_PAGE.name}'s reach table is stale: {REGENERATE}"
     )
 
 
-def test_the_readme_shows_the_pair_table_of_these_strategies():
-    text = README.read_text()
+def test_the_docs_show_the_pair_table_of_these_strategies():
+    text = REACH_PAGE.read_text()
     shown = re.search(re.escape(README_PAIRS_START) + r"\n(.*)\n" + re.escape(README_PAIRS_END),
                       text, re.DOTALL)
-    assert shown, f"README.md has no {README_PAIRS_START} ... {README_PAIRS_END} markers"
+    assert shown, f"{REACH_PAGE.name} has no {README_PAIRS_START} ... {README_PAIRS_END} markers"
     assert shown.group(1) == markdown_pairs(PROPERTIES), (
-        "README.md's reach table of pairs is stale: run c128a reach --update-readme README.md"
+        f"{REACH_PAGE.name}'s reach table of pairs is stale: {REGENERATE}"
     )
 
 
@@ -276,7 +280,7 @@ def test_the_command_lists_the_cells_left_out_and_what_the_ci_profile_misses(cap
 @pytest.mark.parametrize("argv, message", [
     (["--examples", "0"], "--examples=0 must be >= 1"),
     (["--property", "nope"], "unknown --property nope"),
-    (["--update-readme", "/nonexistent/README.md"], "no such file"),
+    (["--update-docs", "/nonexistent/reach-tables.md"], "no such file"),
     (["--examples", "100001"], "--examples=100001 must be >= 1 and <= 100,000"),
     (["--examples", str(10**12)], f"--examples={10**12} must be >= 1 and <= 100,000"),
 ])
@@ -318,91 +322,112 @@ def test_the_reach_table_lists_every_bucket_and_marks_the_missing(tmp_path):
     assert all(d.name in shown for d in DIMENSIONS)
 
 
-# ---------------------------------------------------------------- --update-readme on real faults
+# ---------------------------------------------------------------- --update-docs on real faults
 
 _MARKED = (f"{README_START}\nthe old table\n{README_END}\nmore\n"
            f"{README_PAIRS_START}\nthe old pairs\n{README_PAIRS_END}\n"
            f"{killmatrix.README_START}\nthe old matrix\n{killmatrix.README_END}\n")
-OLD_README = "intro\n".ljust(10 * 4096 - 64 - len(_MARKED), ".") + _MARKED
+OLD_PAGE = "intro\n".ljust(10 * 4096 - 64 - len(_MARKED), ".") + _MARKED
 """Just under ten 4 KiB pages: a new table makes it longer than the pages
 it frees when it is truncated, so writing it in place on a full disk
 would leave it cut short."""
 
 
 @pytest.fixture
-def readme_in_a_read_only_folder(tmp_path):
-    """A README in a folder mounted read-only (root ignores mode bits)."""
+def page_in_a_read_only_folder(tmp_path):
+    """A docs page in a folder mounted read-only (root ignores mode bits)."""
     with small_tmpfs(tmp_path / "ro") as folder:
-        (folder / "README.md").write_text(OLD_README)
+        (folder / "tables.md").write_text(OLD_PAGE)
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-        yield folder / "README.md"
+        yield folder / "tables.md"
 
 
 @pytest.fixture
-def readme_on_a_full_disk(tmp_path):
-    """A README on a filesystem a filler file has filled: creating a file
-    still works, writing a byte fails with ENOSPC."""
+def page_on_a_full_disk(tmp_path):
+    """A docs page on a filesystem a filler file has filled: creating a
+    file still works, writing a byte fails with ENOSPC."""
     with small_tmpfs(tmp_path / "full") as folder:
-        (folder / "README.md").write_text(OLD_README)
+        (folder / "tables.md").write_text(OLD_PAGE)
         fill_to_the_last_byte(folder)
-        yield folder / "README.md"
+        yield folder / "tables.md"
 
 
-def _one_line_and_the_readme_as_it_was(readme: Path, captured, command: str, words: str) -> None:
+def _one_line_and_the_page_as_it_was(page: Path, captured, command: str, words: str) -> None:
     [line] = captured.err.splitlines()
-    assert line.startswith(f"c128a {command}: --update-readme {readme}: ") and words in line, line
+    assert line.startswith(f"c128a {command}: --update-docs {page}: ") and words in line, line
     assert "Traceback" not in captured.err
-    assert readme.read_text() == OLD_README
-    assert sorted(p.name for p in readme.parent.iterdir()) in (["README.md"],
-                                                                ["README.md", "filler"])
+    assert page.read_text() == OLD_PAGE
+    assert sorted(p.name for p in page.parent.iterdir()) in (["tables.md"],
+                                                              ["filler", "tables.md"])
 
 
-def test_reach_update_readme_in_a_read_only_folder_is_one_line_exit_2(
-    readme_in_a_read_only_folder, capsys
+def test_reach_update_docs_in_a_read_only_folder_is_one_line_exit_2(
+    page_in_a_read_only_folder, capsys
 ):
-    readme = readme_in_a_read_only_folder
+    page = page_in_a_read_only_folder
     status = cli.main(["reach", "--property", "views", "--examples", "1",
-                       "--update-readme", str(readme)])
+                       "--update-docs", str(page)])
     assert status == 2
-    _one_line_and_the_readme_as_it_was(readme, capsys.readouterr(), "reach",
-                                       "Read-only file system")
+    _one_line_and_the_page_as_it_was(page, capsys.readouterr(), "reach",
+                                     "Read-only file system")
 
 
-def test_reach_update_readme_on_a_full_disk_leaves_the_readme_whole(readme_on_a_full_disk, capsys):
-    """The new table is written aside and renamed over the README: a disk
-    that fills leaves the old README, never a truncated one."""
-    readme = readme_on_a_full_disk
+def test_reach_update_docs_on_a_full_disk_leaves_the_page_whole(page_on_a_full_disk, capsys):
+    """The new table is written aside and renamed over the page: a disk
+    that fills leaves the old page, never a truncated one."""
+    page = page_on_a_full_disk
     status = cli.main(["reach", "--property", "views", "--examples", "1",
-                       "--update-readme", str(readme)])
+                       "--update-docs", str(page)])
     assert status == 2
-    _one_line_and_the_readme_as_it_was(readme, capsys.readouterr(), "reach",
-                                       "No space left on device")
+    _one_line_and_the_page_as_it_was(page, capsys.readouterr(), "reach",
+                                     "No space left on device")
 
 
-def test_mutants_update_readme_in_a_read_only_folder_is_refused_before_any_row(
-    readme_in_a_read_only_folder, capsys, c128a_device
+def test_mutants_update_docs_in_a_read_only_folder_is_refused_before_any_row(
+    page_in_a_read_only_folder, capsys, c128a_device
 ):
-    readme = readme_in_a_read_only_folder
+    page = page_in_a_read_only_folder
     status = cli.main(["mutants", "--device", c128a_device.type,
                        "--spec", "c128a.mutants:packed_stride",
                        "--expect-pass", "reference", "--property", "views", "--max-examples", "1",
-                       "--markdown", "--update-readme", str(readme)])
+                       "--markdown", "--update-docs", str(page)])
     assert status == 2
     captured = capsys.readouterr()
     assert "packed_stride" not in captured.out  # no matrix: refused before it
-    _one_line_and_the_readme_as_it_was(readme, captured, "mutants", "Read-only file system")
+    _one_line_and_the_page_as_it_was(page, captured, "mutants", "Read-only file system")
 
 
-def test_update_readme_replaces_only_the_marked_text_and_keeps_the_mode(tmp_path):
-    from c128a.runners.readme import update_readme
+def test_update_page_replaces_only_the_marked_text_and_keeps_the_mode(tmp_path):
+    from c128a.runners.readme import update_page
 
-    readme = tmp_path / "README.md"
-    readme.write_text(OLD_README)
-    readme.chmod(0o640)
-    update_readme(readme, "the new table", README_START, README_END, "the reach table")
-    assert readme.read_text() == OLD_README.replace("the old table", "the new table")
-    assert readme.stat().st_mode & 0o777 == 0o640
-    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
+    page = tmp_path / "tables.md"
+    page.write_text(OLD_PAGE)
+    page.chmod(0o640)
+    update_page(page, "the new table", README_START, README_END, "the reach table")
+    assert page.read_text() == OLD_PAGE.replace("the old table", "the new table")
+    assert page.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["tables.md"]
+
+
+@pytest.mark.parametrize("command", ["reach", "mutants"])
+def test_update_readme_is_still_the_update_docs_option(command):
+    """``--update-readme``, the option's name while the tables lived in the
+    README, still parses as ``--update-docs``."""
+    parser = cli.build_parser()
+    args = parser.parse_args([command, "--update-readme", "page.md"])
+    assert args.update_docs == Path("page.md")
+
+
+def test_reach_update_readme_still_writes_the_tables(tmp_path, capsys):
+    """The alias does the option's work: both reach tables written between
+    their markers."""
+    page = tmp_path / "tables.md"
+    page.write_text(OLD_PAGE)
+    assert cli.main(["reach", "--property", "views", "--examples", "1",
+                     "--update-readme", str(page)]) in (0, 1)
+    text = page.read_text()
+    assert "the old table" not in text and "the old pairs" not in text
+    assert "the old matrix" in text and "| dimension | bucket |" in text
 
 
 SERVING_LOOP_REACH = ci_settings(8)

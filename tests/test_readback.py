@@ -14,7 +14,7 @@ from c128a.checks.bad_input import check_rejects_bad_input
 from c128a.contract import check_build_arguments, contract_builder, write_metadata
 from c128a.failures import InvariantViolation
 from c128a.plugin.pytest_plugin import share_xdist_cores
-from c128a.runners import gpus
+from c128a.gpu import pinning
 from c128a.step import Buffers, build
 from c128a.step.buffers import results_on_host, to_host
 from c128a.strategies import HISTORICAL_BATCHES
@@ -97,15 +97,15 @@ def test_a_write_that_does_not_come_back_on_the_rerun_is_still_a_kill(c128a_devi
 @pytest.mark.parametrize(("cores", "processes", "threads"), [(16, 16, 1), (16, 4, 4), (2, 8, 1)])
 def test_each_process_gets_its_share_of_the_cores(monkeypatch, cores, processes, threads):
     set_to = []
-    monkeypatch.setattr(gpus, "usable_cores", lambda: cores)
+    monkeypatch.setattr(pinning, "usable_cores", lambda: cores)
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)
-    assert gpus.share_cores(processes) == threads
+    assert pinning.share_cores(processes) == threads
     assert set_to == [threads]
 
 
 def test_xdist_workers_share_the_cores_and_nothing_changes_outside_xdist(monkeypatch):
     set_to = []
-    monkeypatch.setattr(gpus, "usable_cores", lambda: 16)
+    monkeypatch.setattr(pinning, "usable_cores", lambda: 16)
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)
     assert share_xdist_cores(None) is None
     assert share_xdist_cores(8) == 2

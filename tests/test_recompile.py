@@ -259,7 +259,7 @@ def test_compiled_variants_agree_with_the_cpu_compile_key_verdict(c128a_target, 
     from c128a.checks.consumers import consumers_of
     from c128a.kernels.compiled import compiled_variant_count, forget_compiled_variants
     from c128a.kernels.launch_keys import engine_config, warm_up, warmed_keys
-    from c128a.step.consumers import ConsumerInputs
+    from c128a.step.consumer_inputs import ConsumerInputs
 
     if not has_keyed_launchers(c128a_target):
         pytest.skip(f"target {c128a_target} launches nothing through a keyed launcher")

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from c128a.runners import cases
 from helpers import (
     PACKAGE_ROOT,
     alive,
@@ -287,12 +286,12 @@ def test_a_target_ending_the_process_as_it_is_imported_fails_the_replay(
     assert "PASSES" not in said
 
 
-def test_a_target_raising_system_exit_fails_its_case(tmp_path, standin, capsys):
+def test_a_target_raising_system_exit_fails_its_case(tmp_path, standin, capsys, c128a_device):
     """sys.exit(0) in the target's build, in the replay's own process: the
     case fails (exit 1), naming the SystemExit, and the replay goes on to
     print its verdict. (Before: the process ended with status 0.)"""
-    status = cli.main(["replay", str(failure_file(tmp_path)), "--device", "cpu", "--target",
-                       f"{STANDIN_MODULE}:sys_exits_0"])
+    status = cli.main(["replay", str(failure_file(tmp_path)), "--device", c128a_device.type,
+                       "--target", f"{STANDIN_MODULE}:sys_exits_0"])
     out = capsys.readouterr().out
     assert status == EXIT_FAILED, out
     assert "result:   STILL FAILS" in out and "raised SystemExit(0) (sys.exit)" in out

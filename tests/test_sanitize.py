@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.contract import INERT, SLOTS
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from c128a.runners import cases, sanitizer
+from c128a.gpu import compute_sanitizer
 from c128a.strategies import HISTORICAL_BATCHES
 
 HERE = Path(__file__).parent
@@ -43,8 +43,8 @@ def stand_in(tmp_path, monkeypatch):
 
 def _sanitizer_here() -> str | None:
     try:
-        return sanitizer.find_sanitizer()
-    except sanitizer.SanitizerUnavailable:
+        return compute_sanitizer.find_sanitizer()
+    except compute_sanitizer.SanitizerUnavailable:
         return None
 
 
@@ -54,23 +54,23 @@ def _sanitizer_here() -> str | None:
 def test_readable_pages_follow_n_t_and_the_variant():
     # Tokens: request 0 at 388 (3 entries: 2 pages), request 1 at 2559
     # (19 entries: 10 pages), padding of request 0 at 2916 (22 entries: 11 pages).
-    assert sanitizer.readable_pages(STALE, STALE.width, SLOTS) == {0: 11, 1: 10}
-    assert sanitizer.readable_pages(STALE, STALE.width, INERT) == {0: 2, 1: 10}
+    assert compute_sanitizer.readable_pages(STALE, STALE.width, SLOTS) == {0: 11, 1: 10}
+    assert compute_sanitizer.readable_pages(STALE, STALE.width, INERT) == {0: 2, 1: 10}
     # At W = 128 nothing changes here; at W = 2 lists are cut to 1 page.
-    assert sanitizer.readable_pages(STALE, 2, SLOTS) == {0: 1, 1: 1}
+    assert compute_sanitizer.readable_pages(STALE, 2, SLOTS) == {0: 1, 1: 1}
 
 
 def test_parse_output_gives_each_report_to_the_build_before_it():
     steps = [{"index": i, "name": f"s{i}", "width": 128, "batch": {"i": i}} for i in range(3)]
     lines = ["========= COMPUTE-SANITIZER"]
     for step in steps:
-        lines.append(f"{sanitizer.MARKER} step {json.dumps(step)}")
+        lines.append(f"{compute_sanitizer.MARKER} step {json.dumps(step)}")
         if step["index"] == 1:
             lines += ["========= Uninitialized __global__ memory read of size 4 bytes",
                       "=========     at reads_one_entry_past_kernel+0x90",
                       "========="]
-    lines += [f"{sanitizer.MARKER} done {{}}", "========= ERROR SUMMARY: 1 error"]
-    run = sanitizer.parse_output("initcheck", [], sanitizer.ERROR_EXIT, lines)
+    lines += [f"{compute_sanitizer.MARKER} done {{}}", "========= ERROR SUMMARY: 1 error"]
+    run = compute_sanitizer.parse_output("initcheck", [], compute_sanitizer.ERROR_EXIT, lines)
     assert run.steps == 3 and not run.errors and run.finished
     [finding] = run.findings
     assert (finding.index, finding.name, finding.kind) == (1, "s1", "initcheck")
@@ -80,7 +80,7 @@ def test_parse_output_gives_each_report_to_the_build_before_it():
 
 
 def test_parse_output_calls_an_unexplained_exit_an_error():
-    run = sanitizer.parse_output("memcheck", [], 1, ["Traceback (most recent call last):",
+    run = compute_sanitizer.parse_output("memcheck", [], 1, ["Traceback (most recent call last):",
                                                      "ImportError: no"])
     assert run.errors and "exited 1" in run.errors[0] and "ImportError" in run.errors[0]
     assert not run.clean
@@ -91,7 +91,7 @@ def test_parse_output_calls_an_unexplained_exit_an_error():
 
 @pytest.mark.slow
 def test_a_clean_run_builds_every_step_at_both_widths(stand_in, c128a_device):
-    run = sanitizer.run_sanitizer("memcheck", "triton", batches=[STALE.to_json()], examples=3,
+    run = compute_sanitizer.run_sanitizer("memcheck", "triton", batches=[STALE.to_json()], examples=3,
                                   sanitizer=stand_in, device=c128a_device.type)
     assert run.clean and run.finished, run.errors or run.findings
     # The case's step and 3 drawn ones, each at W and at C (W < C for all here or one width).
@@ -101,7 +101,7 @@ def test_a_clean_run_builds_every_step_at_both_widths(stand_in, c128a_device):
 @pytest.mark.slow
 def test_a_report_becomes_a_finding_of_its_step(stand_in, monkeypatch, c128a_device):
     monkeypatch.setenv("STAND_IN_REPORT_AT", "1")
-    run = sanitizer.run_sanitizer("memcheck", "triton", batches=[STALE.to_json()],
+    run = compute_sanitizer.run_sanitizer("memcheck", "triton", batches=[STALE.to_json()],
                                   sanitizer=stand_in, device=c128a_device.type)
     [finding] = run.findings
     assert finding.index == 1 and finding.width == STALE.capacity and finding.name == "case 0"
@@ -111,17 +111,17 @@ def test_a_report_becomes_a_finding_of_its_step(stand_in, monkeypatch, c128a_dev
 
 @pytest.mark.slow
 def test_a_wrong_value_is_a_finding_too(stand_in, c128a_device):
-    run = sanitizer.run_sanitizer("initcheck", "c128a.mutants:negative_pages_as_sentinel",
+    run = compute_sanitizer.run_sanitizer("initcheck", "c128a.mutants:negative_pages_as_sentinel",
                                   batches=[STALE.to_json()], sanitizer=stand_in,
                                   device=c128a_device.type)
-    assert run.findings and {f.kind for f in run.findings} == {sanitizer.VALUES}
+    assert run.findings and {f.kind for f in run.findings} == {compute_sanitizer.VALUES}
     assert "[matches_oracle] global_decode_buffer row 2" in run.findings[0].report
 
 
 def test_a_missing_sanitizer_is_a_usage_error(monkeypatch, capsys, tmp_path):
-    monkeypatch.setenv(sanitizer.SANITIZER_ENV, str(tmp_path / "nothing"))
+    monkeypatch.setenv(compute_sanitizer.SANITIZER_ENV, str(tmp_path / "nothing"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(sanitizer, "SANITIZER_FALLBACKS", ())
+    monkeypatch.setattr(compute_sanitizer, "SANITIZER_FALLBACKS", ())
     assert cli.main(["sanitize"]) == EXIT_USAGE
     assert "compute-sanitizer not found" in capsys.readouterr().err
 
@@ -144,7 +144,7 @@ def test_a_sanitizer_case_replays_only_on_a_gpu(tmp_path, c128a_device):
                           batch=STALE, device="cuda", sanitizer_report="=========  ...")
     path, _ = cases.write_case(case, tmp_path)
     loaded = cases.load_case(path)
-    assert loaded.sanitizer_report == "=========  ..." and loaded.property in sanitizer.PROPERTIES
+    assert loaded.sanitizer_report == "=========  ..." and loaded.property in compute_sanitizer.PROPERTIES
     if c128a_device.type != "cuda":
         from c128a.targets import load_target
 
@@ -168,7 +168,7 @@ def _sanitize(tmp_path, *args) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.skipif(_sanitizer_here() is None, reason="compute-sanitizer not installed")
-@pytest.mark.parametrize("tool", sanitizer.TOOLS)
+@pytest.mark.parametrize("tool", compute_sanitizer.TOOLS)
 def test_the_inert_kernel_is_clean_under_both_tools(tool, tmp_path):
     # The selected target (triton by default) runs under both tools in
     # c128a/conformance/test_sanitizer.py; this is the kernel's other variant.
@@ -215,7 +215,7 @@ def test_a_child_past_the_time_limit_is_killed_and_reported(stand_in, tmp_path, 
     slow.write_text(f"#!{sys.executable}\nimport time\nprint('========= COMPUTE-SANITIZER', "
                     "flush=True)\ntime.sleep(60)\n")
     slow.chmod(0o755)
-    run = sanitizer.run_sanitizer("memcheck", "triton", sanitizer=str(slow), timeout=2,
+    run = compute_sanitizer.run_sanitizer("memcheck", "triton", sanitizer=str(slow), timeout=2,
                                   device=c128a_device.type)
     assert any("ran past 2 s and was killed" in e for e in run.errors), run.errors
     assert not run.clean

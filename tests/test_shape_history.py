@@ -2,7 +2,7 @@
 other decode and prefill rows, another R and B, and its buffers placed
 otherwise. A step records that shape (``Batch.prior``), a case saves it and
 ``c128a replay`` rebuilds it; ``history_independent`` and the serving loop
-build it; the mutants of :mod:`c128a.mutants.shape_history` show it matters.
+build it; the mutants of :mod:`c128a.mutants.shape_history_faults` show it matters.
 (Their reach is proven in ``tests/test_reach.py``.)"""
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, given, settings
 
-from c128a import cli
+from c128a import cases, cli
 from c128a.checks import PROPERTIES, check_history_independent
 from c128a.checks.prior_shape import earlier_buffers, shaped_earlier_step
 from c128a.conformance.saved_failures import FailingSteps, save_failure
 from c128a.failures import CaseError, ContractViolation, InvariantViolation
 from c128a.replay import ReplayHarness
-from c128a.runners import cases
 from c128a.step import Batch, Buffers, PriorStep
 from c128a.strategies import HISTORICAL_BATCHES
 from c128a.strategies.history import engine_batch

@@ -13,10 +13,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
+from c128a.cases import contract_breach
 from c128a.checks import PROPERTIES, check_step
 from c128a.contract import INERT, SLOTS
 from c128a.failures import BadArgument, InvariantViolation, TargetRaised
-from c128a.runners.cases import contract_breach
 from c128a.step import build, oracle_build
 from c128a.strategies import HISTORICAL_BATCHES, batches
 from c128a.strategies.reach import buckets_of

@@ -149,9 +149,9 @@ WRONG_DECLARATIONS = [
     ("jit_functions", (_kernel,), "jit_functions[0] = <function _kernel", "function",
      "a @triton.jit function"),
     ("consumers", 7, "consumers = 7", "int", "a tuple or list, each item a "
-     "c128a.step.consumers.Consumer"),
+     "c128a.step.consumer_inputs.Consumer"),
     ("consumers", ("global_topk",), "consumers[0] = 'global_topk'", "str",
-     "a c128a.step.consumers.Consumer"),
+     "a c128a.step.consumer_inputs.Consumer"),
     ("consumer_gaps", ["combine_swa"], "consumer_gaps = ['combine_swa']", "list",
      "a dict of consumer name -> why it is unavailable"),
     ("launchers", "my_launcher", "launchers = 'my_launcher'", "str", "a tuple or list"),
@@ -188,7 +188,7 @@ def test_a_declaration_of_the_wrong_type_is_refused_in_one_line(
 
 
 def test_declarations_of_the_right_type_load():
-    from c128a.step.consumers import ORACLE_CONSUMERS
+    from c128a.step.consumer_inputs import ORACLE_CONSUMERS
 
     target = load_target_from({"consumers": list(ORACLE_CONSUMERS),
                                "consumer_gaps": {"combine_swa": "not in this release"},

@@ -19,7 +19,7 @@ import pytest
 from c128a import cli
 from c128a.failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from c128a.runners import revisions
-from c128a.runners.bisect import BAD, GOOD, SKIP, Commit, Search
+from c128a.runners.bisection import BAD, GOOD, SKIP, Commit, Search
 from c128a.runners.revisions import keyword_matcher, select_checks
 from c128a.targets.vllm_release import CACHE_ENV, WIDTHS_ENV
 from helpers import assert_all_ended, descendants, needs_proc, wait_until
@@ -226,7 +226,7 @@ def test_a_signal_stops_the_command_and_its_step(checkout, cli_process, signum):
 def test_a_check_that_cannot_judge_a_revision_skips_it():
     """The suite's own error, or a check that does not apply to a
     revision's target, says nothing of the revision: skipped, not good."""
-    from c128a.runners.bisect import judged
+    from c128a.runners.bisection import judged
 
     def result(*outcomes, status=revisions.CHECKED):
         return revisions.RevisionResult("c0", status, "why", outcomes=tuple(

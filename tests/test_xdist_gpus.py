@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from c128a.runners import gpus
+from c128a.gpu import pinning
 from c128a.plugin import pytest_plugin
 from c128a.plugin.pytest_plugin import (
     XDIST_GPU_COUNT_ENV,
@@ -32,19 +32,19 @@ def test_auto_shares_each_gpu_among_the_cores(monkeypatch, count, cores, memory_
     """-n auto: about one worker per core, spread over the GPUs, at most
     WORKER_GPU_MEMORY_GIB each, at least one per GPU."""
     monkeypatch.delenv("C128A_DEVICE", raising=False)
-    monkeypatch.delenv(gpus.WORKERS_PER_GPU_ENV, raising=False)
-    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: count)
-    monkeypatch.setattr(gpus, "usable_cores", lambda: cores)
-    monkeypatch.setattr(gpus, "_smallest_gpu_memory_gib", lambda: memory_gib)
+    monkeypatch.delenv(pinning.WORKERS_PER_GPU_ENV, raising=False)
+    monkeypatch.setattr(pinning, "visible_gpu_count", lambda env=None: count)
+    monkeypatch.setattr(pinning, "usable_cores", lambda: cores)
+    monkeypatch.setattr(pinning, "_smallest_gpu_memory_gib", lambda: memory_gib)
     assert pytest_xdist_auto_num_workers(fake_config()) == expected
 
 
 def test_workers_per_gpu_from_the_environment(monkeypatch):
     monkeypatch.delenv("C128A_DEVICE", raising=False)
-    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 2)
-    monkeypatch.setenv(gpus.WORKERS_PER_GPU_ENV, "3")
+    monkeypatch.setattr(pinning, "visible_gpu_count", lambda env=None: 2)
+    monkeypatch.setenv(pinning.WORKERS_PER_GPU_ENV, "3")
     assert pytest_xdist_auto_num_workers(fake_config()) == 6
-    monkeypatch.setenv(gpus.WORKERS_PER_GPU_ENV, "many")
+    monkeypatch.setenv(pinning.WORKERS_PER_GPU_ENV, "many")
     with pytest.raises(pytest.UsageError, match="C128A_WORKERS_PER_GPU='many' must be an integer"):
         pytest_xdist_auto_num_workers(fake_config())
 
@@ -53,16 +53,16 @@ def test_fuzz_defaults_share_the_gpus_the_same_way(monkeypatch):
     from c128a.runners.fuzz import config
 
     monkeypatch.setattr(config, "visible_gpu_count", lambda env=None: 2)
-    monkeypatch.setattr(gpus, "usable_cores", lambda: 16)
-    monkeypatch.setattr(gpus, "_smallest_gpu_memory_gib", lambda: 139.0)
-    monkeypatch.delenv(gpus.WORKERS_PER_GPU_ENV, raising=False)
+    monkeypatch.setattr(pinning, "usable_cores", lambda: 16)
+    monkeypatch.setattr(pinning, "_smallest_gpu_memory_gib", lambda: 139.0)
+    monkeypatch.delenv(pinning.WORKERS_PER_GPU_ENV, raising=False)
     assert config.default_workers("cuda") == (16, 2)
     monkeypatch.setattr(config, "visible_gpu_count", lambda env=None: 0)
     assert config.default_workers("cuda") == (1, 0)
 
 
 def test_auto_on_cpu_keeps_xdist_default(monkeypatch):
-    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 8)
+    monkeypatch.setattr(pinning, "visible_gpu_count", lambda env=None: 8)
     assert pytest_xdist_auto_num_workers(fake_config(device="cpu")) is None
 
 
@@ -107,7 +107,7 @@ def test_controller_exports_gpu_count_only_for_gpu_runs_with_workers(monkeypatch
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv(XDIST_GPU_COUNT_ENV, raising=False)
-    monkeypatch.setattr(gpus, "visible_gpu_count", lambda env=None: 2)
+    monkeypatch.setattr(pinning, "visible_gpu_count", lambda env=None: 2)
     assert pytest_plugin._prepare_xdist_gpus(fake_config(numprocesses=0), None) is None
     assert pytest_plugin._prepare_xdist_gpus(fake_config(numprocesses=2), "cpu") is None
     assert XDIST_GPU_COUNT_ENV not in os.environ

@@ -20,26 +20,27 @@ check (:data:`NOT_KEYED`).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 from ..contract import COMPRESS_RATIO, target_width
 from ..failures import HarnessError, InvariantViolation, call_target
 from ..step import Batch, Buffers, BuildResult, oracle_build
 from ..step.buffers import tuple_of_views
-from ..step.consumers import ConsumerInputs
+from ..step.consumer_inputs import ConsumerInputs
 from .consumers import consumers_of
 from .diff import setting
 
 NAME = "compile_keys"
-KEYS_MODULE = "c128a.kernels.launch_keys"
 PAGE_TOKENS = 256
 NOT_KEYED = "the target declares no keyed launcher (launchers): it has no compile keys"
 """Why the check does not apply to a target without keyed launchers."""
 
 
 def _keys():
-    # The kernels' package imports Triton: loaded by name, after the device is chosen.
-    return importlib.import_module(KEYS_MODULE)
+    # The kernels' package imports Triton: imported on first use, after the
+    # device is chosen.
+    from ..kernels import launch_keys
+
+    return launch_keys
 
 
 def has_keyed_launchers(target) -> bool:

@@ -3,23 +3,22 @@ eagerly and as captured in a CUDA graph.
 
 What a consumer *publishes* is what a downstream attention kernel may read:
 per row its length, and the leading columns within that length
-(:mod:`c128a.contract.consumers`). The invariant: every consumer of the
+(:mod:`c128a.contract.oracle_consumers`). The invariant: every consumer of the
 target (the oracle's for a target that names none,
-:data:`~c128a.step.consumers.ORACLE_CONSUMERS`) publishes, fed the
+:data:`~c128a.step.consumer_inputs.ORACLE_CONSUMERS`) publishes, fed the
 adaptive build's views, what it publishes fed the full-width build's
 views, and what the oracle's consumer publishes fed the oracle's views.
 """
 
 from __future__ import annotations
 
-import importlib
 
 import torch
 
 from ..contract import SLOTS
 from ..failures import InvariantViolation, call_target
 from ..step import Batch, Buffers, BuildResult, build, oracle_build
-from ..step.consumers import ORACLE_CONSUMERS, PREFILL_TOKENS, Consumer, ConsumerInputs
+from ..step.consumer_inputs import ORACLE_CONSUMERS, PREFILL_TOKENS, Consumer, ConsumerInputs
 from .diff import setting, token, window
 
 NAME = "consumers"
@@ -112,7 +111,6 @@ def check_consumers(target, batch: Batch, device) -> None:
 
 
 REPLAY = "consumers_replay"
-SHIMS_MODULE = "c128a.kernels.vllm_shims"
 STALE_SLOT = 1 << 20
 """What an earlier, wider step left in the columns a narrower one does not
 write (a real slot id: not the -1 sentinel)."""
@@ -129,8 +127,9 @@ def _capture(consumer: Consumer, inputs: ConsumerInputs):
     if not consumer.launchers:
         call_target(REPLAY, what, consumer, inputs)
         return lambda: call_target(REPLAY, what, consumer, inputs)
-    # The kernels' package imports Triton: loaded by name, after the device is chosen.
-    shims = importlib.import_module(SHIMS_MODULE)
+    # The kernels' package imports Triton: imported here, after the device is chosen.
+    from ..kernels import vllm_shims as shims
+
     with shims.observed_launches() as records:
         outputs = call_target(REPLAY, what, consumer, inputs)
 

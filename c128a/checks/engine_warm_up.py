@@ -29,7 +29,6 @@ trace's launch keys that the declared warm-up does not hold.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +36,7 @@ import torch
 from ..contract import COMPRESS_RATIO, MAX_QUERY_TOKENS_PER_DECODE, capacity_width, policy
 from ..failures import HarnessError, InvariantViolation, call_target
 from ..step import Batch, PaddingToken, StepRequest, assemble_batch, build
-from ..step.consumers import ConsumerInputs
+from ..step.consumer_inputs import ConsumerInputs
 from .compile_keys import PAGE_TOKENS, describe_miss, engine_step, step_launches
 from .consumers import consumers_of
 
@@ -45,11 +44,6 @@ NAME = "engine_warm_up"
 TRACE_MODEL_LEN = 262_144
 """The engine's max_model_len for the trace: C = 2048, widths 128 to 2048."""
 TRACE_ROWS = 32
-
-
-def _kernels(module: str):
-    # The kernels' package imports Triton: loaded by name, after the device is chosen.
-    return importlib.import_module(f"c128a.kernels.{module}")
 
 
 def declared_warm_up_launchers(target) -> tuple:
@@ -108,7 +102,9 @@ def warm_up_plan_misses(target, device, max_model_len: int = TRACE_MODEL_LEN) ->
     warm-up of its launcher does not compile, worked out on any device with
     nothing compiled or run: what :func:`run_engine_warm_up` will see
     compile after the warm-up."""
-    keys = _kernels("launch_keys")
+    # The kernels' package imports Triton: imported here, after the device is chosen.
+    from ..kernels import launch_keys as keys
+
     config = keys.engine_config(max_model_len, PAGE_TOKENS)
     plan = {id(launcher): call_target(NAME, f"{type(launcher).__name__}.get_warmup_keys",
                                       keys.warmed_keys, launcher, config)
@@ -154,7 +150,9 @@ def run_engine_warm_up(target, device, max_model_len: int = TRACE_MODEL_LEN) -> 
     """Warm ``target``'s declared launchers up as the engine does, then run
     :func:`serving_trace` through its builder and consumers on ``device`` (a
     GPU), recording every compile."""
-    keys, compiled, shims = _kernels("launch_keys"), _kernels("compiled"), _kernels("vllm_shims")
+    # The kernels' package imports Triton: imported here, after the device is chosen.
+    from ..kernels import compiled, launch_keys as keys, vllm_shims as shims
+
     launchers = declared_warm_up_launchers(target)
     config = keys.engine_config(max_model_len, PAGE_TOKENS)
     kernels = []

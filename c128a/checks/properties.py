@@ -34,6 +34,7 @@ from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
 from ..strategies.budget import SizeBudget, size_budget
+from ..strategies.kernel_examples import KERNEL_EXAMPLES
 from ..strategies.shape_history import SHAPE_HISTORY_EXAMPLES, with_shape_history
 from ..strategies.reach import (
     COMPILE_KEY_REACH,
@@ -352,7 +353,8 @@ def _property(name: str, check: Check, strategy=engine_steps, invariant=None, ex
 PROPERTIES: dict[str, Property] = {
     prop.name: prop
     for prop in (
-        _property("matches_oracle", _matches_oracle, invariant=check_matches_oracle),
+        _property("matches_oracle", _matches_oracle, invariant=check_matches_oracle,
+                  examples=tuple(KERNEL_EXAMPLES.values())),
         _property("adaptive_equals_full", check_adaptive_equals_full, policy_width_steps,
                   reach={**ONE_BUILD, **POLICY_WIDTHS_ONLY, "width against need": (
                       "narrower than the longest list (clamps)",

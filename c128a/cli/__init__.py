@@ -12,22 +12,23 @@ which is reported on one line before any work starts where it can be.
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
-import threading
 
 from ..failures import EXIT_USAGE, HarnessError, UsageError
+from ..interrupts import HeldSignals
 from . import watched
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
-# Subcommand modules by name: they import torch, so they are imported when
-# the parser is built, inside main's handling of Ctrl-C.
+# Subcommands by name, with their summaries. Their modules import torch, so
+# they are imported when the parser is built (:func:`subcommand_modules`),
+# inside main's handling of Ctrl-C.
 SUBCOMMANDS = {
     "fuzz": "run the property suite and the serving-loop machine for a time",
     "replay": "rerun saved failure cases and print their diffs",
     "mutants": "run the suite against every mutant; print the kill matrix",
+    "mutate": "mutate the project's kernels; judge each mutant by the suite; print the score",
     "reach": "draw each property's steps; list the input-space buckets none reached",
     "bench": "benchmark the kernel against the baseline (GPU), or a property's throughput",
     "sanitize": "build steps under compute-sanitizer memcheck and initcheck (GPU)",
@@ -36,11 +37,25 @@ SUBCOMMANDS = {
 }
 
 
+def subcommand_modules() -> dict:
+    """Each subcommand's module, by name."""
+    from . import bench, bisect, fuzz, history, mutants, mutate, reach, replay, sanitize
+
+    modules = {"fuzz": fuzz, "replay": replay, "mutants": mutants, "mutate": mutate,
+               "reach": reach, "bench": bench, "sanitize": sanitize, "bisect": bisect,
+               "history": history}
+    if set(modules) != set(SUBCOMMANDS):  # a subcommand added to one and not the other
+        raise HarnessError(f"subcommands {sorted(SUBCOMMANDS)} have the modules "
+                           f"{sorted(modules)}: name each in both")
+    return modules
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="c128a", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    modules = subcommand_modules()
     for name, summary in SUBCOMMANDS.items():
-        module = importlib.import_module(f".{name}", __name__)
+        module = modules[name]
         sub = commands.add_parser(name, help=summary, description=summary)
         module.configure_parser(sub)
         sub.set_defaults(run=module.run)
@@ -70,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(argv: list[str] | None) -> int:
     # SIGTERM or SIGHUP while the subcommands import torch (seconds): one
     # line, as for Ctrl-C, not a silent death by the signal.
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, _raise_startup_signal)
-                    for signum in (signal.SIGTERM, signal.SIGHUP)}
+    held = HeldSignals(_raise_startup_signal, (signal.SIGTERM, signal.SIGHUP))
     try:
         parser = build_parser()
     except KeyboardInterrupt:
@@ -84,8 +96,7 @@ def run_command(argv: list[str] | None) -> int:
               "nothing ran", file=sys.stderr)
         return 128 + stop.signum
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        held.restore()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ..failures import EXIT_FAILED, EXIT_OK, ContractViolation, UsageError, failure_text
-from ..runners.cases import atomic_write_json, output_file_problem
+from ..files import atomic_write_json, output_file_problem
 from ..runners.throughput import print_throughput, run_throughput
 from .. import options
 from ..options import add_to_argparse
@@ -121,16 +121,16 @@ def run(args: argparse.Namespace) -> int:
     check_graph_options(args)
     device = torch.device(choose_device(args.device))
     # Imports the kernels: only now that the device is chosen.
-    from ..runners import bench
+    from ..runners import benchmark
 
-    bench.select_shapes(args.groups, args.shapes)
-    release = None if args.vllm_release is None else bench.load_release(args.vllm_release)
+    benchmark.select_shapes(args.groups, args.shapes)
+    release = None if args.vllm_release is None else benchmark.load_release(args.vllm_release)
     if device.type != "cuda":
         raise UsageError("timing needs a CUDA device (--throughput also runs on the cpu)")
 
-    report = bench.run_benchmark(args, device, tiles, release)
-    bench.print_report(report)
-    rows = bench.summary_rows(report)
+    report = benchmark.run_benchmark(args, device, tiles, release)
+    benchmark.print_report(report)
+    rows = benchmark.summary_rows(report)
     if args.json:
         atomic_write_json(Path(args.json), {**report, "summary": rows})
         print(f"saved {args.json}")

@@ -1,7 +1,7 @@
 """``c128a bisect``: the first commit of a vLLM checkout at which a check fails.
 
 ``c128a bisect --checkout PATH --good REV --bad REV [-k EXPR]`` searches the
-revisions between them as ``git bisect`` does (:mod:`c128a.runners.bisect`),
+revisions between them as ``git bisect`` does (:mod:`c128a.runners.bisection`),
 each checked in a child process of its own with a time limit
 (:mod:`c128a.runners.revisions`): the checks are those of the property suite
 that fail at the bad revision (``-k`` narrows them first, as pytest's does);
@@ -25,13 +25,13 @@ import argparse
 import math
 import signal
 import sys
-import threading
 from pathlib import Path
 
 from .. import options
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
+from ..interrupts import HeldSignals
 from ..options import add_to_argparse
-from ..runners.bisect import bisect, commit_of
+from ..runners.bisection import bisect, commit_of
 from ..runners.revisions import (
     CHECKED,
     DEFAULT_MAX_EXAMPLES,
@@ -107,10 +107,7 @@ def _interrupt(signum: int, frame=None) -> None:
 
 def interruptible(command: str, run) -> int:
     """``run()``'s status; after SIGINT or SIGTERM one line and 128 + the signal."""
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, _interrupt)
-                    for signum in (signal.SIGINT, signal.SIGTERM)}
+    held = HeldSignals(_interrupt, (signal.SIGINT, signal.SIGTERM))
     try:
         return run()
     except Interrupted as stop:
@@ -119,8 +116,7 @@ def interruptible(command: str, run) -> int:
               "stopped, nothing more runs", file=sys.stderr, flush=True)
         return 128 + stop.signum
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        held.restore()
 
 
 def run(args: argparse.Namespace) -> int:

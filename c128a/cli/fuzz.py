@@ -12,15 +12,7 @@ import sys
 import time
 from dataclasses import fields
 
-from .. import options
-from ..options import (
-    DEFAULT_CHUNK,
-    DEFAULT_DB,
-    DEFAULT_EXAMPLE_TIMEOUT_S,
-    DEFAULT_FUZZ_PROFILE,
-    DEFAULT_MINUTES,
-    add_to_argparse,
-)
+from ..options import add_to_argparse
 from ..runners.fuzz import FuzzOptions, load_config_file, resolve, run_fuzz
 from ..runners.fuzz.config import CONFIG_TABLE, check_paths, cli_name
 from ..runners.fuzz.signals import RunInterrupted, RunSignals
@@ -34,52 +26,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--config", metavar="FILE",
         help="TOML file with a [fuzz] table of these options; the command line wins",
     )
-    parser.add_argument("--minutes", type=float, metavar="M",
-                        help="run for M minutes (fractions allowed); the default without "
-                        f"--max-examples is {DEFAULT_MINUTES:g}")
-    parser.add_argument("--max-examples", type=int, metavar="N",
-                        help="stop after N generated examples in all (shared among the "
-                        "workers); the properties' historical steps, run once in each worker, "
-                        "and shrinking come on top: the report's totals say how many ran")
-    parser.add_argument("--max-tokens", type=int, metavar="N",
-                        help="draw engine steps of up to N tokens (more requests, longer "
-                        "prefill chunks; default: each property's own size, 32 for most)")
-    parser.add_argument("--seed", type=int,
-                        help="seed of the whole run (default: random, reported)")
-    parser.add_argument(
-        "--workers", type=int, metavar="K",
-        help="worker processes (default: about one per core, on CUDA shared among the GPUs; "
-        "$C128A_WORKERS_PER_GPU sets the share)",
-    )
-    parser.add_argument("--db", metavar="PATH|redis://HOST:PORT/N",
-                        help=f"Hypothesis example database (default {DEFAULT_DB}; 'none' for none)")
-    # Their defaults are FuzzConfig's: None here lets the --config file give them.
-    add_to_argparse(parser, options.CASES_DIR_OPTION, unset_is_none=True)
-    parser.add_argument("--report", metavar="FILE", help="write the JSON report here")
-    parser.add_argument("--example-timeout", type=float, metavar="S",
-                        help="kill and restart a worker whose example runs longer "
-                        f"(default {DEFAULT_EXAMPLE_TIMEOUT_S:g})")
-    parser.add_argument("-x", "--exitfirst", action="store_true", default=None,
-                        help="stop at the first failure")
-    parser.add_argument("--profile",
-                        help="Hypothesis profile the rounds derive from "
-                        f"(default {DEFAULT_FUZZ_PROFILE})")
-    parser.add_argument("--chunk", type=int, metavar="N",
-                        help="examples per Hypothesis round before the next property "
-                        f"(default {DEFAULT_CHUNK})")
-    parser.add_argument("--only", metavar="NAMES", type=_names,
-                        help="comma-separated properties to run (serving_loop: the machine)")
-    parser.add_argument("--stateful", action=argparse.BooleanOptionalAction, default=None,
-                        help="run the serving-loop machine too (default: yes)")
-    add_to_argparse(parser, options.PROPERTIES_OPTION, unset_is_none=True)
-    add_to_argparse(parser, options.MACHINE_OPTION, unset_is_none=True)
-    parser.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
-                        help="live status display (default: when stderr is a terminal)")
-
-
-def _names(text: str) -> tuple[str, ...]:
-    # Empty names are kept: resolve() refuses them, naming the option.
-    return tuple(name.strip() for name in text.split(","))
+    # Each option as FuzzOptions declares it. Their defaults are FuzzConfig's:
+    # None here lets the --config file give them.
+    for spec in fields(FuzzOptions):
+        if "shared" in spec.metadata:
+            add_to_argparse(parser, spec.metadata["shared"], unset_is_none=True)
+        elif "fuzz" in spec.metadata:
+            spec.metadata["fuzz"].add_to(parser, spec.name)
 
 
 def options_from_args(args: argparse.Namespace, keys: dict[str, str] | None = None) -> FuzzOptions:

@@ -3,7 +3,7 @@
 ``c128a history --checkout PATH REV...`` checks each revision with the
 property suite, each in a child process of its own with a time limit
 (:mod:`c128a.runners.revisions`), and prints one markdown row per revision
-as it is made (:mod:`c128a.runners.history`): whether its target loads,
+as it is made (:mod:`c128a.runners.revision_history`): whether its target loads,
 the widths its checks drew W from, the checks passed, failed and not
 applicable, and the failing ones. ``--output FILE`` writes the table there
 too. Nothing of the checkout is written.
@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 from ..failures import EXIT_FAILED, EXIT_OK, UsageError
-from ..runners.history import HEADER, RULE, history, markdown_table, resolved
+from ..runners.revision_history import HEADER, RULE, history, markdown_table, resolved
 from ..runners.revisions import select_checks
 from .bisect import add_revision_arguments, checked_options, interruptible, say
 from .common import choose_device

@@ -27,12 +27,12 @@ from ..runners.killmatrix import (
     rich_table,
     targets_from_mapping,
 )
-from ..runners.readme import check_readme, update_readme
+from ..runners.readme import check_page, update_page
 from ..targets import held_to, import_object
 from .common import add_target_arguments, choose_device, load, padding_rows_override
 
 
-README_TABLE = "the kill matrix"  # what --update-readme writes between the markers
+PAGE_TABLE = "the kill matrix"  # what --update-docs writes between the markers
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +61,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     parser.add_argument(
-        "--update-readme", type=Path, default=None, metavar="README",
-        help="replace the text between the kill-matrix markers in this file",
+        "--update-docs", "--update-readme", dest="update_docs", type=Path, default=None,
+        metavar="PAGE", help="replace the text between the kill-matrix markers in this docs "
+        "page (docs/reference/kill-matrix.md)",
     )
 
 
@@ -78,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
                 f"unknown --property {', '.join(unknown)}; choose from {', '.join(PROPERTIES)}"
             )
         properties = {name: PROPERTIES[name] for name in args.property}
-    if args.update_readme is not None:  # before the matrix, which takes minutes
-        check_readme(args.update_readme, README_START, README_END, README_TABLE)
+    if args.update_docs is not None:  # before the matrix, which takes minutes
+        check_page(args.update_docs, README_START, README_END, PAGE_TABLE)
     expect_pass = tuple(args.expect_pass or DEFAULT_EXPECT_PASS)
     if args.target and args.target not in expect_pass:
         expect_pass += (args.target,)  # --target names one more correct target
@@ -104,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print(table)
     else:
         Console().print(rich_table(matrix, expect_pass))
-    if args.update_readme is not None:
-        update_readme(args.update_readme, table, README_START, README_END, README_TABLE)
+    if args.update_docs is not None:
+        update_page(args.update_docs, table, README_START, README_END, PAGE_TABLE)
     found = problems(matrix, expect_pass)
     for line in found:
         print(f"c128a mutants: {line}")

@@ -5,8 +5,9 @@ device's size budget and lists every bucket of every dimension, and every
 allowed cell of every pair of dimensions and every declared triple
 (:mod:`c128a.strategies.pairs`), a property should reach and did not. Exit
 status 1 when one is missing, 2 for a usage error. ``--markdown`` prints
-the README's reach tables (the ci profile's draws), ``--update-readme``
-writes them between their markers; ``--ci`` lists the allowed cells the ci
+the reach tables (the ci profile's draws), ``--update-docs PAGE`` writes
+them between their markers (``docs/reference/reach-tables.md``;
+``--update-readme`` is an alias); ``--ci`` lists the allowed cells the ci
 profile's draws (a CI run's) never reach, ``--left-out`` every cell the
 contract forbids or a budget keeps out, with the reasons.
 """
@@ -39,7 +40,7 @@ from ..runners.reach import (
 )
 
 
-README_TABLE = "the reach table"  # what --update-readme writes between the markers
+README_TABLE = "the reach table"  # what --update-docs writes between the markers
 README_PAIRS_TABLE = "the reach table of pairs"
 
 
@@ -54,10 +55,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         f"(default {REACH_EXAMPLES})",
     )
     parser.add_argument("--markdown", action="store_true",
-                        help="print the README's reach table (the ci profile's draws)")
+                        help="print the reach tables (the ci profile's draws)")
     parser.add_argument(
-        "--update-readme", type=Path, default=None, metavar="README",
-        help="replace the text between the reach markers in this file",
+        "--update-docs", "--update-readme", dest="update_docs", type=Path, default=None,
+        metavar="PAGE", help="replace the text between the reach markers in this docs page "
+        "(docs/reference/reach-tables.md)",
     )
     parser.add_argument("--ci", action="store_true",
                         help="list the allowed cells the ci profile's draws never reach")
@@ -78,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"unknown --property {', '.join(unknown)}; choose from {', '.join(PROPERTIES)}"
         )
-    if args.update_readme is not None:
-        check_readme(args.update_readme, README_START, README_END, README_TABLE)
-        check_readme(args.update_readme, README_PAIRS_START, README_PAIRS_END, README_PAIRS_TABLE)
+    if args.update_docs is not None:
+        check_readme(args.update_docs, README_START, README_END, README_TABLE)
+        check_readme(args.update_docs, README_PAIRS_START, README_PAIRS_END, README_PAIRS_TABLE)
     properties = {name: PROPERTIES[name] for name in args.property or PROPERTIES}
     if args.left_out:
         for device in BUDGET_DEVICES:
@@ -91,14 +93,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"the ci profile's draws reach {got:,} of {allowed:,} allowed cells "
                   f"({device} budget); never drawn:")
             print("\n".join(f"  {cell_text(name, cell)}" for name, cell in missed))
-    if args.markdown or args.update_readme is not None:
+    if args.markdown or args.update_docs is not None:
         table, pairs = markdown_reach(properties), markdown_pairs(properties)
         if args.markdown:
             print(table)
             print()
             print(pairs)
-        if args.update_readme is not None:
-            update_readme_tables(args.update_readme, [
+        if args.update_docs is not None:
+            update_readme_tables(args.update_docs, [
                 (table, README_START, README_END, README_TABLE),
                 (pairs, README_PAIRS_START, README_PAIRS_END, README_PAIRS_TABLE),
             ])

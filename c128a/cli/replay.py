@@ -32,10 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
-from .. import options
-from ..options import DEFAULT_PROPERTIES, add_to_argparse
-from ..runners.cases import (
+from ..cases import (
     FAILS,
     PASSES,
     SERVING_LOOP,
@@ -46,7 +43,12 @@ from ..runners.cases import (
     replay_case,
     replay_variant,
 )
-from ..targets import BUILTIN_TARGETS, TARGET_ENV, held_to, import_mapping, import_object
+from ..checked import load_machine, load_properties
+from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CaseError, UsageError, failure_text
+from ..interrupts import HeldSignals
+from .. import options
+from ..options import DEFAULT_PROPERTIES, add_to_argparse
+from ..targets import BUILTIN_TARGETS, TARGET_ENV, check_mapping, held_to
 from ..targets.specs import DECLARED
 from . import watched
 from .common import add_target_arguments, choose_device, load, padding_rows_override
@@ -125,17 +127,14 @@ class ChildSignals:
         self.group: int | None = None  # the running child's process group
         self.starting = False  # a child is being started: its group is not known yet
         self.received: int | None = None
-        self.previous: dict[int, object] = {}
+        self.held: HeldSignals | None = None
 
     def __enter__(self) -> "ChildSignals":
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {signum: signal.signal(signum, self.handle)
-                             for signum in (signal.SIGINT, signal.SIGTERM)}
+        self.held = HeldSignals(self.handle, (signal.SIGINT, signal.SIGTERM))
         return self
 
     def __exit__(self, *exc_info) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+        self.held.restore()
 
     def handle(self, signum: int, frame=None) -> None:
         first = self.received is None
@@ -184,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
 
 def replay_files(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
-    properties = import_mapping(args.properties, "--properties", DEFAULT_PROPERTIES)
+    properties = check_mapping(load_properties(args.properties), args.properties,
+                               "--properties", DEFAULT_PROPERTIES)
     if args.in_process:
         # A replay's child: SIGINT passed on by the parent ends it quietly.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -253,7 +253,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
         print(f"note:     the inputs break the contract's preconditions: {case.outside_contract}")
     try:
         machine = (
-            import_object(args.machine, "--machine") if case.property == SERVING_LOOP else None
+            load_machine(args.machine) if case.property == SERVING_LOOP else None
         )
         watched.tell_parent(watched.STARTED, file)
         outcome = replay_target_code(case, target, device, properties=properties,
@@ -271,7 +271,7 @@ def replay_file(file: str, args: argparse.Namespace, device: str, properties) ->
 
 
 def replay_target_code(case: Case, target, device, **options) -> Outcome:
-    """:func:`~c128a.runners.cases.replay_case`, where a target that raises
+    """:func:`~c128a.cases.replay_case`, where a target that raises
     what is not an ``Exception`` to end its run (``SystemExit`` from
     ``sys.exit``, ``GeneratorExit``, a class of its own) still fails the case,
     as a crash does: it never ends the replay with a status of its choosing.

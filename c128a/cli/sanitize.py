@@ -7,7 +7,7 @@ historical steps and ``--examples`` steps drawn with ``--seed``, each at its
 width and at full width, and compares every build with the oracle. Each
 finding is saved as a case (property ``sanitizer_memcheck`` or
 ``sanitizer_initcheck``, the sanitizer's report attached) that ``c128a
-replay`` reruns under the same tool. See :mod:`c128a.runners.sanitizer`.
+replay`` reruns under the same tool. See :mod:`c128a.gpu.compute_sanitizer`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import argparse
 import dataclasses
 import time
 
+from ..cases import new_case, write_case
 from ..failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from ..runners import sanitizer
+from ..gpu import compute_sanitizer
 from .. import options
 from ..options import add_to_argparse
-from ..runners.cases import new_case, write_case
 from ..step import Batch
 from .common import add_padding_rows_argument, load, padding_rows_override
 
@@ -31,7 +31,7 @@ FULL_REPORTS = 2  # findings whose whole report is printed; the others give thei
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_to_argparse(parser, options.TARGET_OPTION)
     add_padding_rows_argument(parser)
-    parser.add_argument("--tool", choices=(*sanitizer.TOOLS, "all"), default="all",
+    parser.add_argument("--tool", choices=(*compute_sanitizer.TOOLS, "all"), default="all",
                         help="memcheck (accesses outside allocations), initcheck (reads of "
                         "memory nothing wrote: table entries past n(t)), or all (default)")
     parser.add_argument("--examples", type=int, default=30, metavar="N",
@@ -43,7 +43,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="leave out the contract's historical steps")
     add_to_argparse(parser, options.CASES_DIR_OPTION)
     parser.add_argument("--sanitizer", default=None, metavar="PATH",
-                        help=f"the compute-sanitizer binary (default ${sanitizer.SANITIZER_ENV}, "
+                        help=f"the compute-sanitizer binary (default ${compute_sanitizer.SANITIZER_ENV}, "
                         "PATH, then CUDA's install folder)")
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                         help="seconds one tool's child may run (default 1800)")
@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.timeout < float("inf"):
         raise UsageError(f"--timeout={args.timeout} must be a finite number > 0")
     try:
-        program = sanitizer.find_sanitizer(args.sanitizer)
-    except sanitizer.SanitizerUnavailable as exc:
+        program = compute_sanitizer.find_sanitizer(args.sanitizer)
+    except compute_sanitizer.SanitizerUnavailable as exc:
         raise UsageError(str(exc)) from None
     import torch
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     use_device("cpu")
     target, origin = load(args.target, padding_rows=args.padding_rows)
     override, _ = padding_rows_override(args.padding_rows)
-    tools = sanitizer.TOOLS if args.tool == "all" else (args.tool,)
+    tools = compute_sanitizer.TOOLS if args.tool == "all" else (args.tool,)
     print(f"c128a sanitize: target {target.spec} (from {origin}), padding_rows="
           f"{target.padding_rows}, tools {', '.join(tools)}, {program}")
     print(f"  steps: {'the historical ones and ' if not args.no_historical else ''}"
@@ -87,18 +87,18 @@ def _run_tool(tool: str, target, override, program: str, args) -> int:
 
     def progress(line: str) -> None:
         nonlocal builds
-        if line.startswith(f"{sanitizer.MARKER} step "):
+        if line.startswith(f"{compute_sanitizer.MARKER} step "):
             builds += 1
             if builds % PROGRESS_EVERY == 0:
                 print(f"  {tool}: {builds} builds, {time.monotonic() - started:.0f} s", flush=True)
 
     try:
-        run = sanitizer.run_sanitizer(
+        run = compute_sanitizer.run_sanitizer(
             tool, target.spec, padding_rows=override, examples=args.examples, seed=args.seed,
             historical=not args.no_historical, sanitizer=program, timeout=args.timeout,
             progress=progress,
         )
-    except sanitizer.SanitizerUnavailable as exc:
+    except compute_sanitizer.SanitizerUnavailable as exc:
         raise UsageError(str(exc)) from None
     seconds = time.monotonic() - started
     for error in run.errors:
@@ -126,10 +126,10 @@ def _run_tool(tool: str, target, override, program: str, args) -> int:
     return EXIT_FAILED
 
 
-def _save(finding: sanitizer.Finding, target, args):
+def _save(finding: compute_sanitizer.Finding, target, args):
     batch = dataclasses.replace(Batch.from_json(finding.batch), width=finding.width)
     case = new_case(
-        property=sanitizer.PROPERTY_PREFIX + finding.tool,
+        property=compute_sanitizer.PROPERTY_PREFIX + finding.tool,
         target=target.spec,
         kind="failure",
         failure=f"{finding.kind}: {finding.headline}",

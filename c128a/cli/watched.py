@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..failures import EXIT_FAILED, EXIT_USAGE
+from ..interrupts import HeldSignals
 
 WATCHED_COMMANDS = ("replay",)
 """The subcommands run as a forked process whose verdict its parent holds."""
@@ -222,15 +223,13 @@ def run_watched(body: Callable[[], int], name: str) -> int:
         os.setpgid(pid, pid)  # also here: whichever of the two runs first
     except OSError:
         pass
-    forward = {signum: signal.signal(signum, lambda signum, frame: _signal_group(pid, signum))
-               for signum in FORWARDED}
+    forward = HeldSignals(lambda signum, frame: _signal_group(pid, signum), FORWARDED)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
     marks = Marks()
     try:
         returncode = _wait(pid, terminal)
     finally:
-        for signum, handler in forward.items():
-            signal.signal(signum, handler)
+        forward.restore()
         if terminal is not None:
             _give_terminal(terminal, os.getpgrp())
     marks.read_available(read)

@@ -30,13 +30,13 @@ CHECKS_BESIDE_PROPERTIES = (
 steps into one set of buffers, the CUDA-graph replay scenarios, the serving
 loop's state machine, the recompile sweep, and no compile after the engine's
 own warm-up (the sanitizer's are named by
-:data:`c128a.runners.sanitizer.PROPERTIES`)."""
+:data:`c128a.gpu.compute_sanitizer.PROPERTIES`)."""
 
 
 def check_names() -> tuple[str, ...]:
     """Every name a ``conformance`` marker may carry, cases aside."""
     from c128a.checks import PROPERTIES
-    from c128a.runners.sanitizer import PROPERTIES as SANITIZER_PROPERTIES
+    from c128a.gpu.compute_sanitizer import PROPERTIES as SANITIZER_PROPERTIES
 
     return (*PROPERTIES, *CHECKS_BESIDE_PROPERTIES, *SANITIZER_PROPERTIES)
 
@@ -56,7 +56,7 @@ def case_folders(added: list[str], base: Path) -> list[tuple[str, Path]]:
 def case_files(folders: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
     """(test id, file) of every case in ``folders``: a kept case's id is its
     file name, an added one's its folder as given, a slash and the name."""
-    from c128a.runners.cases import case_files as files_in
+    from c128a.cases import case_files as files_in
 
     return [
         (f"{label}/{path.name}" if label else path.name, path)

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from c128a import cases
 from c128a.conformance.requirements import skip_for_want_of
 from c128a.failures import UsageError
-from c128a.runners import cases, sanitizer
+from c128a.gpu import compute_sanitizer
 
 
 class UncheckableCase(pytest.fail.Exception, UsageError):
@@ -35,13 +36,13 @@ class UncheckableCase(pytest.fail.Exception, UsageError):
 
 def skip_if_missing_device_or_tool(case: cases.Case, device) -> None:
     """A sanitizer case replays on a GPU, under compute-sanitizer."""
-    if case.property not in sanitizer.PROPERTIES:
+    if case.property not in compute_sanitizer.PROPERTIES:
         return
     if device.type != "cuda":
         skip_for_want_of("CUDA", f"a {case.property} case replays on a GPU only (device {device})")
     try:
-        sanitizer.find_sanitizer()
-    except sanitizer.SanitizerUnavailable as exc:
+        compute_sanitizer.find_sanitizer()
+    except compute_sanitizer.SanitizerUnavailable as exc:
         skip_for_want_of("compute-sanitizer", str(exc))
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from c128a import cases
 from c128a.failures import ContractViolation, failure_text
-from c128a.runners import cases
 from c128a.step import Batch
 
 

@@ -16,7 +16,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from c128a.checks.compile_keys import NOT_KEYED, has_keyed_launchers
 from c128a.checks.consumers import consumers_of
 from c128a.replay import COMPILE_KEYS_SETTINGS, compile_keys_machine
-from c128a.step.consumers import CONSUMER_NAMES
+from c128a.step.consumer_inputs import CONSUMER_NAMES
 
 
 @pytest.mark.consumers

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
+from c128a import cases
 from c128a.conformance import KEPT_CASES, case_files, case_folders
 from c128a.conformance.regression_cases import check_case
-from c128a.runners import cases
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -2,7 +2,7 @@
 ``memcheck`` finds no access outside an allocation, ``initcheck`` no read of
 memory nothing wrote (a block-table entry the contract does not let a build
 read), over the contract's historical steps and drawn ones, each at its
-width and at full width (:func:`c128a.runners.sanitizer.run_sanitizer`, the
+width and at full width (:func:`c128a.gpu.compute_sanitizer.run_sanitizer`, the
 same child ``c128a sanitize`` runs). Skips where ``compute-sanitizer`` is
 not found (``$C128A_COMPUTE_SANITIZER`` names it): a missing tool, which
 the run can stand (:mod:`c128a.conformance.requirements`).
@@ -14,7 +14,7 @@ import pytest
 
 from c128a.conformance.requirements import skip_for_want_of
 from c128a.failures import HarnessError
-from c128a.runners import sanitizer
+from c128a.gpu import compute_sanitizer
 
 EXAMPLES = 10  # drawn steps besides the historical ones, seed 0: the same every run
 
@@ -22,8 +22,8 @@ EXAMPLES = 10  # drawn steps besides the historical ones, seed 0: the same every
 def _sanitizer_missing() -> str | None:
     """Why compute-sanitizer cannot run here (None: it can)."""
     try:
-        sanitizer.find_sanitizer()
-    except sanitizer.SanitizerUnavailable as exc:
+        compute_sanitizer.find_sanitizer()
+    except compute_sanitizer.SanitizerUnavailable as exc:
         return str(exc)
     return None
 
@@ -33,14 +33,14 @@ def _sanitizer_missing() -> str | None:
 @pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.parametrize("tool", [
-    pytest.param(tool, marks=pytest.mark.conformance(sanitizer.PROPERTY_PREFIX + tool))
-    for tool in sanitizer.TOOLS
+    pytest.param(tool, marks=pytest.mark.conformance(compute_sanitizer.PROPERTY_PREFIX + tool))
+    for tool in compute_sanitizer.TOOLS
 ])
 def test_target_is_clean_under_the_sanitizer(tool, c128a_target, c128a_padding_rows_override):
     missing = _sanitizer_missing()
     if missing is not None:
         skip_for_want_of("compute-sanitizer", missing)
-    run = sanitizer.run_sanitizer(
+    run = compute_sanitizer.run_sanitizer(
         tool, c128a_target.spec, padding_rows=c128a_padding_rows_override,
         examples=EXAMPLES, historical=True,
     )

@@ -2,11 +2,11 @@
 
 Modules: :mod:`.adaptive` (the project's kernel, target ``triton``),
 :mod:`.baseline` (the plain design the benchmark compares against),
-:mod:`.consumer` (the replay consumer captured in a CUDA graph),
+:mod:`.consumer_kernel` (the replay consumer captured in a CUDA graph),
 :mod:`.mutants` (kernels broken in ways only a compiled kernel can be),
 :mod:`.builder` (the contract's function around a launcher), :mod:`.compiled`
 (Triton's compile cache), :mod:`.timing` (``do_bench`` and an empty launch),
-and :mod:`.vllm_release` with :mod:`.vllm_shims` (a vLLM release's builder,
+and :mod:`.vllm_extracts` with :mod:`.vllm_shims` (a vLLM release's builder,
 extracted from its wheel and run without vLLM: target ``vllm-release:VERSION``).
 
 Kernels are decorated when their module is imported, and on the CPU that

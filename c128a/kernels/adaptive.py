@@ -88,7 +88,7 @@ def _slot_ids(table_row, columns, active, block_size, block_shift, inverse_block
     # Slot id of each column: block-table entry * B + column % B, the entry
     # read only where active. A power-of-two B (block_shift >= 0; every
     # block size vLLM ships) takes a shift and a mask, faster than the
-    # division (README, "Measurements behind the code's choices"), any other
+    # division (docs/measurements.md, "Measurements behind the code's choices"), any other
     # B the float division: a runtime branch, both in the one compiled kernel.
     if block_shift >= 0:
         pages = tl.load(table_row + (columns >> block_shift), mask=active, other=0)
@@ -219,7 +219,7 @@ def _write_decode_row(
 ):
     # One whole decode row, WIDE_W columns a step: its position, request and
     # slot are read once, and its block-table gathers follow one another
-    # (faster than a program per WIDE_W-column run: README, "Measurements
+    # (faster than a program per WIDE_W-column run: docs/measurements.md, "Measurements
     # behind the code's choices").
     position = tl.load(positions_ptr + token)
     length = tl.minimum((position + 1) // compress_ratio, width).to(tl.int32)
@@ -288,7 +288,7 @@ INTERPRETER_TILE = (32, 1024, 1024)
 INTERPRETING = interpreting(c128a_row_blocks_kernel)
 TILE = INTERPRETER_TILE if INTERPRETING else GPU_TILE
 # Warps of the row blocks and of the wide rows: the counts that ran fastest
-# on a GPU, two for row blocks and four for long rows (README, "Measurements
+# on a GPU, two for row blocks and four for long rows (docs/measurements.md, "Measurements
 # behind the code's choices").
 NUM_WARPS = 2
 WIDE_NUM_WARPS = 4
@@ -297,7 +297,7 @@ SINGLE_ROW_TOKENS_PER_SM = 4
 """Below WIDE_W, a batch of at most this many tokens per multiprocessor is
 written one row a program, one warp each: more programs in flight, faster
 than blocks of four rows for small batches and slower for larger ones
-(README, "Measurements behind the code's choices")."""
+(docs/measurements.md, "Measurements behind the code's choices")."""
 SINGLE_ROW_NUM_WARPS = 1
 MAX_REGISTERS = None  # registers per thread: the compiler's choice
 
@@ -315,7 +315,7 @@ class LaunchPlan:
     token count up to which rows go one a program, the cap on persistent
     programs, each variant's compile options, and whether its variants are
     compiled. A launch runs on every engine step; deciding these there took
-    a noticeable share of its host time (README, "Measurements behind the
+    a noticeable share of its host time (docs/measurements.md, "Measurements behind the
     code's choices")."""
 
     block_t: int

@@ -1,8 +1,8 @@
 """vLLM's consumers of the C128A views, from a release's source, without vLLM.
 
 The four kernels vLLM's DeepSeek-V4 backends launch on the views (see
-:mod:`c128a.contract.consumers` for what each computes) are read from the
-same wheel as the builder, the same way (:func:`~c128a.kernels.vllm_release.make_extract`:
+:mod:`c128a.contract.oracle_consumers` for what each computes) are read from the
+same wheel as the builder, the same way (:func:`~c128a.kernels.vllm_extracts.make_extract`:
 the definitions they need, verbatim, the rest of vLLM from
 :mod:`c128a.kernels.vllm_shims`), into one extract per source file beside
 the builder's:
@@ -15,8 +15,8 @@ the builder's:
 - ``vllm/models/deepseek_v4/attention.py``: ``fill_short_context_topk_indices``
   (``_fill_short_context_topk_indices`` in 0.30.0 to 0.33.0).
 
-:func:`load_consumers` returns each as a :class:`~c128a.step.consumers.Consumer`
-called the way vLLM's backends call it (:mod:`c128a.step.consumers` derives
+:func:`load_consumers` returns each as a :class:`~c128a.step.consumer_inputs.Consumer`
+called the way vLLM's backends call it (:mod:`c128a.step.consumer_inputs` derives
 the arguments), and the reason for each one a release lacks.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import triton
 
-from ..step.consumers import (
+from ..step.consumer_inputs import (
     ALL_TOKENS,
     GATHER_OFFSET,
     GATHER_STRIDE,
@@ -39,8 +39,8 @@ from ..step.consumers import (
     ConsumerInputs,
     mixed_topk,
 )
-from . import INTERPRETED, vllm_release
-from .vllm_release import ExtractError
+from . import INTERPRETED, vllm_extracts
+from .vllm_extracts import ExtractError
 
 CACHE_UTILS = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
 ATTENTION = "vllm/models/deepseek_v4/attention.py"
@@ -84,13 +84,13 @@ def write_source_extracts(texts: dict[str, tuple[str, str] | None], folder: Path
         if found is not None:
             origin, text = found
             try:
-                made = vllm_release.make_extract(text, origin, header, roots=roots, optional=True)
+                made = vllm_extracts.make_extract(text, origin, header, roots=roots, optional=True)
             except ExtractError as exc:
                 why = f"{origin} (its definitions do not reduce to an extract: {exc})"
                 for consumer, known in consumers.items():
                     gaps[consumer] = f"{known[0]}: {exc}"
             else:
-                vllm_release.write_extract(made, folder / file_name)
+                vllm_extracts.write_extract(made, folder / file_name)
                 continue
         else:
             why = f"{source} ({absent})"
@@ -98,10 +98,10 @@ def write_source_extracts(texts: dict[str, tuple[str, str] | None], folder: Path
                 gaps[consumer] = f"{lacks} {source} (for {known[0]})"
         # An extract of nothing, its header naming what is missing and why:
         # the cache stays current and the load names each gap.
-        lines = {**header, vllm_release.FORMAT_KEY: vllm_release.EXTRACT_FORMAT,
+        lines = {**header, vllm_extracts.FORMAT_KEY: vllm_extracts.EXTRACT_FORMAT,
                  "source": " ".join(why.split()), "missing": ", ".join(roots)}
-        text = "".join(f"{vllm_release.HEADER_PREFIX}{k}: {v}\n" for k, v in lines.items())
-        vllm_release.write_extract(vllm_release.Extract(text, (), (), ()), folder / file_name)
+        text = "".join(f"{vllm_extracts.HEADER_PREFIX}{k}: {v}\n" for k, v in lines.items())
+        vllm_extracts.write_extract(vllm_extracts.Extract(text, (), (), ()), folder / file_name)
     return gaps
 
 
@@ -122,7 +122,7 @@ def load_consumers(folder: Path) -> tuple[tuple[Consumer, ...], dict[str, str]]:
         module = None
         if path.is_file():
             try:
-                module = vllm_release.import_extract(path)
+                module = vllm_extracts.import_extract(path)
             except ExtractError as exc:
                 reason = str(exc)
             else:
@@ -132,10 +132,10 @@ def load_consumers(folder: Path) -> tuple[tuple[Consumer, ...], dict[str, str]]:
         for consumer, names in consumers.items():
             function = _function(module, names) if module is not None else None
             if function is None:
-                where = vllm_release.read_header(path).get("source", source)
+                where = vllm_extracts.read_header(path).get("source", source)
                 gaps[consumer] = reason or f"no {' or '.join(names)} from {where}"
                 continue
-            loaded.append(_ADAPTERS[consumer](function, vllm_release._launchers_named(module, function)))
+            loaded.append(_ADAPTERS[consumer](function, vllm_extracts._launchers_named(module, function)))
     return tuple(loaded), gaps
 
 

@@ -1,6 +1,6 @@
 """Stand-ins for the few vLLM names an extract of vLLM's C128A builder needs.
 
-An extract (:mod:`c128a.kernels.vllm_release`) keeps vLLM's own definitions
+An extract (:mod:`c128a.kernels.vllm_extracts`) keeps vLLM's own definitions
 verbatim and takes everything else it names from here instead of importing
 vLLM: the real ``triton``, ``triton.language`` and ``torch``, and small
 utilities written for this project from what they do (nothing here is

@@ -19,6 +19,7 @@ GRID_ELEMENTS = 1 << 20
     "a token, so tokens past 8,192 are never written",
     "engine-scale step",
     ("matches_oracle", "padding"),
+    examples=200,  # the ci profile's draws since inputs are drawn as an engine hands them
 )
 def _build_drops_tokens_past_8192(args: BuildArgs) -> Views:
     validated(args)
@@ -48,6 +49,7 @@ def _build_request_index_in_8_bits(args: BuildArgs) -> Views:
     "elements of a row-major T x W build past the 1,048,576th are never written",
     "engine-scale step",
     ("matches_oracle",),
+    examples=100,  # the ci profile's draws since inputs are drawn as an engine hands them
 )
 def _build_writes_first_million_elements(args: BuildArgs) -> Views:
     validated(args)

@@ -35,6 +35,7 @@ def _float32_quotient(values: torch.Tensor, divisor: int) -> torch.Tensor:
     "division: one entry short for some multiples of an R such as 41 or 1,000,001",
     "R and B hard-coded",
     ("adaptive_equals_full", "other_geometries"),
+    examples=200,  # the ci profile's draws since inputs are drawn as an engine hands them
 )
 def _build_ratio_through_float_reciprocal(args: BuildArgs) -> Views:
     validated(args)
@@ -67,6 +68,7 @@ def _build_block_through_float_reciprocal(args: BuildArgs) -> Views:
     "(B <= 128): a block size above 128 reads the wrong page for columns past 128",
     "R and B hard-coded",
     ("matches_oracle", "adaptive_equals_full"),
+    examples=200,  # the ci profile's draws since inputs are drawn as an engine hands them
 )
 def _build_block_size_capped_at_tile(args: BuildArgs) -> Views:
     validated(args)

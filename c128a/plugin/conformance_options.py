@@ -79,7 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(check_timeout.CheckTimeout(seconds, origin),
                                   check_timeout.PLUGIN_NAME)
     from c128a.conformance import case_folders
-    from c128a.runners.cases import case_files
+    from c128a.cases import case_files
 
     added = config.getoption("c128a_cases")
     if any(not name.strip() for name in added):
@@ -117,7 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from c128a.plugin.check_timeout import timeout_line
-    from c128a.runners.cases import case_files
+    from c128a.cases import case_files
 
     folders = config.stash.get(_folders_key, None)
     if folders is None:

@@ -92,7 +92,7 @@ def split_line(line: str, names: set[str]) -> tuple[str, str, str]:
 
 def read_known_failures(path: Path, names: set[str]) -> dict[str, KnownFailure]:
     """{name: entry} of the file at ``path``; every name must be in ``names``."""
-    from c128a.runners.cases import regular_file_problem
+    from c128a.files import regular_file_problem
 
     # Looked at before opening it: opening a FIFO waits for a writer for ever.
     if path.exists() and (problem := regular_file_problem(path)) is not None:

@@ -129,7 +129,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if _device_choice(config) == "cpu":
         return None
     from c128a.failures import GpuPinningError
-    from c128a.runners.gpus import visible_gpu_count, workers_per_gpu
+    from c128a.gpu.pinning import visible_gpu_count, workers_per_gpu
 
     count = visible_gpu_count()
     if not count:
@@ -180,7 +180,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    from c128a.runners.gpus import freeze_startup_heap
+    from c128a.gpu.pinning import freeze_startup_heap
 
     # Everything collected lives for the session; graph captures' garbage
     # collections need not scan it again.
@@ -188,7 +188,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from c128a.runners.gpus import thaw_heap
+    from c128a.gpu.pinning import thaw_heap
 
     run_guard = config.stash.get(_guard_key, None)
     if run_guard is not None:
@@ -229,7 +229,7 @@ def pin_xdist_worker(worker_id: str | None, env=os.environ) -> str | None:
     gpu_count = env.get(XDIST_GPU_COUNT_ENV)
     if not worker_id or not gpu_count:
         return None
-    from c128a.runners.gpus import gpu_for_worker, pin_to_gpu
+    from c128a.gpu.pinning import gpu_for_worker, pin_to_gpu
 
     return pin_to_gpu(gpu_for_worker(xdist_worker_index(worker_id), int(gpu_count)), env)
 
@@ -240,14 +240,14 @@ def share_xdist_cores(worker_count: int | None) -> int | None:
     CPU, on a GPU host too). Returns the thread count set, None outside xdist."""
     if not worker_count:
         return None
-    from c128a.runners.gpus import share_cores
+    from c128a.gpu.pinning import share_cores
 
     return share_cores(worker_count)
 
 
 def xdist_gpu_line(num_workers: int, visible: list[str]) -> str:
     """Header line: which worker runs on which GPU (per GPU, once several share one)."""
-    from c128a.runners.gpus import gpu_for_worker
+    from c128a.gpu.pinning import gpu_for_worker
 
     if num_workers <= len(visible):
         pairs = ", ".join(
@@ -269,7 +269,7 @@ def _prepare_xdist_gpus(config: pytest.Config, device_choice: str | None) -> str
         return None
     if device_choice == "cpu":
         return None
-    from c128a.runners.gpus import visible_gpu_count, visible_ids
+    from c128a.gpu.pinning import visible_gpu_count, visible_ids
 
     count = visible_gpu_count()
     if not count:

@@ -6,7 +6,7 @@ consumer reads the index at column j of row t and gathers the value at that
 index from a KV-like table (:func:`kv_table`); it outputs 0 past lens and
 :data:`OUT_OF_TABLE` for an index outside the table (-1 sentinels, -99 poison).
 On CUDA it is a Triton kernel captured in a real ``torch.cuda.CUDAGraph``
-(:mod:`c128a.kernels.consumer`, imported only then); on the CPU it is
+(:mod:`c128a.kernels.consumer_kernel`, imported only then); on the CPU it is
 emulated: ``torch.as_strided`` on the buffer's storage with the geometry
 frozen at capture, which reads exactly the bytes the graph would.
 """
@@ -122,7 +122,7 @@ class GraphedConsumer:
 
     def __init__(self, indices: torch.Tensor, lens: torch.Tensor, kv: torch.Tensor):
         # A kernel module, imported only once CUDA was chosen (a real graph needs it).
-        from ..kernels.consumer import GraphConsumer
+        from ..kernels.consumer_kernel import GraphConsumer
 
         self.graph = GraphConsumer(indices, lens, kv, OUT_OF_TABLE)
 

@@ -14,7 +14,7 @@ and comes back as such (:data:`CRASHED`, :data:`HUNG`), never as a verdict
 of the checks. A revision whose target does not load is :data:`UNLOADABLE`,
 with the loader's one line.
 
-A failing check's example is saved as a case (:mod:`c128a.runners.cases`)
+A failing check's example is saved as a case (:mod:`c128a.cases`)
 when asked (its shrunk example, with ``shrink``); a saved case is replayed
 against a revision the same way (:func:`replay_at`).
 """
@@ -36,6 +36,7 @@ from typing import Callable
 
 from hypothesis import Phase, Verbosity, settings
 
+from .. import cases
 from ..checks import PROPERTIES
 from ..checks.profiles import CI_PROFILE, register_profiles
 from ..failures import ContractViolation, UsageError, failure_text, is_kill, one_line
@@ -44,7 +45,6 @@ from ..targets import load_target, use_device
 from ..targets.device import INTERPRET_ENV, KERNELS_PACKAGE
 from ..targets.target import widths_of
 from ..targets.vllm_source import source_spec
-from . import cases
 
 CHECKED, UNLOADABLE, CRASHED, HUNG = "checked", "does not load", "crashed", "hung"
 PASSED, FAILED, ERROR, NOT_APPLICABLE = "passed", "failed", "error", "not applicable"
@@ -301,7 +301,7 @@ def _child(request: Request, send, lifeline) -> None:
 
 
 _CONTEXT = None
-KERNELS = "c128a.kernels.vllm_release"
+KERNELS = "c128a.kernels.vllm_extracts"
 
 
 def _context():

@@ -312,8 +312,15 @@ class Batch:
     @property
     def earlier_width(self) -> int:
         """The width of the step built into these buffers before this one
-        (``history_independent``): ``prior_width``, or the widest."""
-        return self.prior_width or self.widest_width
+        (``history_independent``): ``prior_width``, or the widest its buffers
+        allow (at a reused address, :attr:`PriorStep.columns`, no wider
+        than those columns)."""
+        if self.prior_width:
+            return self.prior_width
+        columns = self.prior.columns if self.prior is not None else 0
+        if columns >= WIDTH_ALIGNMENT:
+            return min(self.widest_width, columns // WIDTH_ALIGNMENT * WIDTH_ALIGNMENT)
+        return self.widest_width
 
     def rows_at_columns(self, columns: int, row_offset: int = 0) -> int:
         """Rows of ``columns`` dense columns that fit in either 2-D buffer's

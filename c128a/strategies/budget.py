@@ -12,7 +12,7 @@ the full-width build of ``adaptive_equals_full`` included) stays within
 The device sets the budget because the device sets the price. Triton's
 interpreter pays per program, so an engine-scale build on the CPU is slow,
 the more so the wider its rows, and vLLM's kernel (one program per token)
-slower than the project's (README, "Measurements behind the code's
+slower than the project's (docs/measurements.md, "Measurements behind the code's
 choices"). A GPU builds any of them at once, and the host's own work
 (drawing, the oracle, comparisons) becomes the price. The profile sets how
 many examples run, so the count of engine-scale steps follows the profile.
@@ -54,7 +54,7 @@ CPU_BUDGET = SizeBudget(engine_one_in=8, max_elements=9_216 * 128, max_tokens=9_
 """Under Triton's interpreter: one example in 8 at engine scale, up to 9,216
 tokens (past the engine's usual 8,192 at C = 128) and 1,179,648 elements
 (1,024 tokens at C = 1,152: the largest build the interpreter runs without
-slowing a run down much; README, "Measurements behind the code's choices")."""
+slowing a run down much; docs/measurements.md, "Measurements behind the code's choices")."""
 
 GPU_BUDGET = SizeBudget(engine_one_in=8, max_elements=1 << 26)
 """On a GPU: one example in 8, up to 16,384 tokens and 8,192 x 8,192 elements

@@ -35,8 +35,7 @@ from ..contract import check_padding_rows
 from ..failures import TargetSpecError, TargetUnavailable, UsageError, is_runner_stop, one_line
 from ..options import DEFAULT_TARGET, PADDING_ROWS_ENV, TARGET_ENV
 from .target import Target, held_to
-from .vllm_release import is_vllm_release_spec, load_vllm_release
-from .vllm_source import is_vllm_source_spec, load_vllm_source
+from . import vllm_release, vllm_source
 
 VLLM_MODULE = "vllm.models.deepseek_v4.sparse_mla"
 BUILTIN_TARGETS = {
@@ -136,7 +135,12 @@ def import_object(spec: str, what: str = "spec", error: type[UsageError] = Usage
 def import_mapping(spec: str, what: str, example: str):
     """The mapping ``spec`` names (a ``--properties`` dict); any other object
     is a :class:`~c128a.failures.UsageError` naming ``what`` and ``example``."""
-    obj = import_object(spec, what)
+    return check_mapping(import_object(spec, what), spec, what, example)
+
+
+def check_mapping(obj, spec: str, what: str, example: str):
+    """``obj``, which ``spec`` named, when it is a mapping; else a
+    :class:`~c128a.failures.UsageError` naming ``what`` and ``example``."""
     if not isinstance(obj, Mapping):
         raise UsageError(
             f"{what} {spec!r} names a {type(obj).__name__}, not a dict of names; "
@@ -152,30 +156,43 @@ def load_target(spec: str, padding_rows: str | None = None) -> Target:
 
 
 def _load(spec: str) -> Target:
-    if is_vllm_release_spec(spec):
-        return load_vllm_release(spec)
-    if is_vllm_source_spec(spec):
-        return load_vllm_source(spec)
+    prefix = spec.partition(":")[0]
+    if prefix in PREFIX_LOADERS:
+        return PREFIX_LOADERS[prefix](spec)
     if spec == "vllm":
-        try:
-            module = importlib.import_module(VLLM_MODULE)
-        except ImportError as exc:
-            raise TargetUnavailable(f"vllm target not importable: {exc!r}") from exc
-        except BaseException as exc:  # noqa: BLE001 - vLLM's own import raised
-            if is_runner_stop(exc):
-                raise
-            raise TargetUnavailable(
-                f"vllm target: importing {VLLM_MODULE} raised {one_line(exc)}"
-            ) from exc
-        if not callable(getattr(module, "build_c128a_topk_metadata", None)):
-            raise TargetUnavailable(
-                f"{VLLM_MODULE} has no callable build_c128a_topk_metadata; this vLLM "
-                "predates the C128A builder"
-            )
-        # vLLM checks with assert, which python -O strips.
-        return Target.from_object("vllm", module, validates_input=False)
+        return _load_vllm()
     obj = import_object(BUILTIN_TARGETS.get(spec, spec), "target spec", TargetSpecError)
     return Target.from_object(spec, obj)
+
+
+def _load_vllm() -> Target:
+    """vLLM's own builder, from the vLLM installed here."""
+    try:
+        module = importlib.import_module(VLLM_MODULE)
+    except ImportError as exc:
+        raise TargetUnavailable(f"vllm target not importable: {exc!r}") from exc
+    except BaseException as exc:  # noqa: BLE001 - vLLM's own import raised
+        if is_runner_stop(exc):
+            raise
+        raise TargetUnavailable(
+            f"vllm target: importing {VLLM_MODULE} raised {one_line(exc)}"
+        ) from exc
+    if not callable(getattr(module, "build_c128a_topk_metadata", None)):
+        raise TargetUnavailable(
+            f"{VLLM_MODULE} has no callable build_c128a_topk_metadata; this vLLM "
+            "predates the C128A builder"
+        )
+    # vLLM checks with assert, which python -O strips.
+    return Target.from_object("vllm", module, validates_input=False)
+
+
+PREFIX_LOADERS = {
+    vllm_release.PREFIX: vllm_release.load_vllm_release,
+    vllm_source.PREFIX: vllm_source.load_vllm_source,
+}
+"""The spec forms read by a loader of their own, by prefix (the prefix alone,
+or ``PREFIX:ARGUMENT``); a spec with none of them is ``vllm`` or an import
+(``MODULE[:ATTR]``, a built-in name first translated)."""
 
 
 def is_project_target(target) -> bool:

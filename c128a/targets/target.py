@@ -24,8 +24,8 @@ class Target:
     ``slots`` or ``inert``, :mod:`c128a.contract.padding_rows`),
     ``jit_functions`` (its Triton JIT functions, where it names them: for
     counting compiled variants), ``consumers`` (the kernels an engine runs
-    on its views, :class:`~c128a.step.consumers.Consumer`; none: the
-    oracle's, :data:`~c128a.step.consumers.ORACLE_CONSUMERS`),
+    on its views, :class:`~c128a.step.consumer_inputs.Consumer`; none: the
+    oracle's, :data:`~c128a.step.consumer_inputs.ORACLE_CONSUMERS`),
     ``consumer_gaps`` ((consumer, why it is unavailable) for each one of
     the target's source lacks), ``launchers`` (its builder's keyed
     launchers, :mod:`c128a.kernels.launch_keys`, for the compile-key check)
@@ -98,7 +98,7 @@ class Target:
                                     "a @triton.jit function (one the target launches)"),
             padding_rows=_padding_rows(obj, spec),
             consumers=_sequence(obj, "consumers", spec, _is_consumer,
-                                "a c128a.step.consumers.Consumer"),
+                                "a c128a.step.consumer_inputs.Consumer"),
             consumer_gaps=_consumer_gaps(obj, spec),
             launchers=_sequence(obj, "launchers", spec, _is_keyed_launcher,
                                 "a keyed launcher (an object with get_warmup_keys or "
@@ -221,7 +221,7 @@ def _is_jit_function(value) -> bool:
 
 
 def _is_consumer(value) -> bool:
-    from ..step.consumers import Consumer
+    from ..step.consumer_inputs import Consumer
 
     return isinstance(value, Consumer)
 

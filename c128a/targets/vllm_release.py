@@ -8,7 +8,7 @@ defaults to ``~/.cache/c128a``), reads ``vllm/models/deepseek_v4/sparse_mla.py``
 from it (or, where a release moved it, the one file of the wheel that defines
 the function), and writes there an *extract*: only the definitions the
 function needs, verbatim, beside stand-ins for the rest of vLLM
-(:mod:`c128a.kernels.vllm_release`, which also imports it), its digest in
+(:mod:`c128a.kernels.vllm_extracts`, which also imports it), its digest in
 its header. Later loads read the extract alone and write nothing, so a cache
 folder copied to a machine without a package registry (a GPU host) works
 there as it is, read-only too. Each extract is verified before it is
@@ -41,7 +41,6 @@ leaves no folder in the cache.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import re
@@ -62,8 +61,6 @@ CACHE_ENV = "C128A_CACHE"
 DEFAULT_CACHE = Path("~/.cache/c128a")
 SOURCE_PATH = "vllm/models/deepseek_v4/sparse_mla.py"
 EXTRACT_NAME = "c128a_vllm_extract.py"
-KERNELS_MODULE = "c128a.kernels.vllm_release"
-CONSUMERS_MODULE = "c128a.kernels.vllm_consumers"
 PIP_TIMEOUT_S = 1800
 VERSION_RE = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?")
 """A public release version (PEP 440, without epoch or local part)."""
@@ -115,13 +112,17 @@ def load_vllm_release(spec: str) -> Target:
 
 
 def _kernels():
-    # The kernels' package imports Triton: loaded by name, after the device is
-    # chosen, as every kernel target is.
-    return importlib.import_module(KERNELS_MODULE)
+    # The kernels' package imports Triton: imported on first use, after the
+    # device is chosen, as every kernel target is.
+    from ..kernels import vllm_extracts
+
+    return vllm_extracts
 
 
 def _consumers_module():
-    return importlib.import_module(CONSUMERS_MODULE)
+    from ..kernels import vllm_consumers
+
+    return vllm_consumers
 
 
 def _from_version(spec: str, version: str) -> Target:
@@ -233,7 +234,7 @@ def _read_text(spec: str, path: Path) -> str:
 
 def _target(spec: str, extract: Path, version: str, digest: bool) -> Target:
     """The target of ``extract`` and the consumers' extracts beside it, each
-    verified first (:func:`~c128a.kernels.vllm_release.extract_fault`; its
+    verified first (:func:`~c128a.kernels.vllm_extracts.extract_fault`; its
     digest too where ``digest``, as for the cache's own)."""
     kernels = _kernels()
     for path in [extract, *(p for p in _consumer_extracts(extract.parent) if p.is_file())]:
@@ -257,7 +258,7 @@ def declared_widths(header: dict[str, str]) -> dict:
     """The fixed-width declaration of an extract's target (overrides of
     :meth:`Target.from_object`): ``$C128A_VLLM_WIDTHS`` when it says
     ``fixed`` or ``adaptive``, else what the extract's header recorded of
-    the source's engine call (:func:`~c128a.kernels.vllm_release.engine_widths`;
+    the source's engine call (:func:`~c128a.kernels.vllm_extracts.engine_widths`;
     an extract without that line is held to every width)."""
     raw = os.environ.get(WIDTHS_ENV, "")
     choice = raw.strip().lower() or AUTO

@@ -14,14 +14,14 @@ defines ``build_c128a_topk_metadata`` at a file's top level (it moved
 between releases); each consumer's file likewise
 (:data:`c128a.kernels.vllm_consumers.SOURCES`: its usual path, else the
 file that defines most of its functions). They are extracted as a wheel's
-are (:mod:`c128a.kernels.vllm_release`: the definitions the functions need,
+are (:mod:`c128a.kernels.vllm_extracts`: the definitions the functions need,
 verbatim, each extract sealed with its digest and verified before it is
 imported) into ``$C128A_CACHE/vllm-source/KEY``, KEY a digest of the
 files' git blob hashes: revisions whose files are the same share one
 folder, and a later load reads it without running git's extraction again.
 
 How the revision's engine calls the builder is read from its calls of the
-builder (:func:`~c128a.kernels.vllm_release.engine_widths`): an engine
+builder (:func:`~c128a.kernels.vllm_extracts.engine_widths`): an engine
 that passes ``max_compressed_tokens=self.ATTR`` set at start-up calls it at
 W = C only, and the target then declares a fixed width (every check draws
 W = C); ``$C128A_VLLM_WIDTHS=fixed|adaptive`` overrides what is recognised.

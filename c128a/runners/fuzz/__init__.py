@@ -7,7 +7,7 @@ rounds of the same property tests pytest runs, talking in the messages of
 and shows and reports the run with :mod:`.report`. Failures are shrunk by
 Hypothesis, remembered in the example database (``--db``: a directory, or
 ``redis://HOST:PORT/N`` shared across machines) and written as case files
-(:mod:`c128a.runners.cases`).
+(:mod:`c128a.cases`).
 """
 
 from .config import DEFAULT_DB, FuzzConfig, FuzzOptions, derive_seed, load_config_file, resolve

@@ -4,12 +4,12 @@ A worker reports its first failing example before it shrinks it
 (:meth:`CaseBook.found`) and the shrunk failure once it is done
 (:meth:`CaseBook.shrunk`): the first is saved at once, so that a stop or a
 kill loses nothing found, and the shrunk one replaces it. A failure is known
-by its case file's name (:func:`~c128a.runners.cases.case_filename`: its
+by its case file's name (:func:`~c128a.cases.case_filename`: its
 kind, target, property, inputs and variant), so a failure of another kind or
 target is never taken for one saved before; a file already at that name
 counts as the case saved only when it reads back as the same case, and any
 other file there keeps its place while the case takes another name
-(:func:`~c128a.runners.cases.save_case`), which the run says. No copy of a
+(:func:`~c128a.cases.save_case`), which the run says. No copy of a
 failure is removed before the case replacing it is on the disk.
 
 A case the cases folder refuses (a full disk, a read-only or vanished
@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cases import Case, SavedCase, case_filename, rewrite_case, save_case
+from ...cases import Case, SavedCase, case_filename, rewrite_case, save_case
 
 UNWRITTEN_FOLDER = "c128a-unwritten-cases"
 

@@ -22,7 +22,7 @@ import pickle
 import queue
 import struct
 
-from ..cases import MAX_CASE_BYTES
+from ...cases import MAX_CASE_BYTES
 from . import protocol
 
 FRAME_MAGIC = b"c128"

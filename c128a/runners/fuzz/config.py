@@ -3,6 +3,7 @@ alike), and the resolved configuration its workers receive."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import math
@@ -10,13 +11,19 @@ import os
 import random
 import tempfile
 import tomllib
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ...cases import SERVING_LOOP
+from ...checked import load_machine, load_properties
 from ...checks.profiles import PROFILES
 from ...contract import MAX_QUERY_TOKENS_PER_DECODE, PaddingRows
 from ...failures import CaseError, GpuPinningError, UsageError
+from ...files import output_file_problem, regular_file_problem
+from ...gpu.pinning import usable_cores, visible_gpu_count, workers_per_gpu
+from ... import options as shared
 from ...options import (
     DEFAULT_CASES_DIR,
     DEFAULT_CHUNK,
@@ -30,9 +37,6 @@ from ...options import (
 )
 from ...step import MAX_BUFFER_ROWS
 from ...step.schema import read_value, type_hints
-from ...targets import import_object
-from ..cases import SERVING_LOOP, output_file_problem, regular_file_problem
-from ..gpus import usable_cores, visible_gpu_count, workers_per_gpu
 
 CONFIG_TABLE = "fuzz"
 MAX_MINUTES = 7 * 24 * 60  # a week: longer is better run as several runs, each with its report
@@ -44,32 +48,90 @@ MAX_WORKERS = 256  # however many cores: the parent holds pipes to every worker 
 
 
 @dataclass(frozen=True)
+class FuzzOption:
+    """How the command line gives a fuzz option of its own: ``--NAME`` (and
+    ``short``), read by ``type`` or taken as a switch (``action``)."""
+
+    help: str
+    metavar: str | None = None
+    type: Callable | None = None
+    action: Any = None
+    short: str | None = None
+
+    def add_to(self, parser: argparse.ArgumentParser, name: str) -> None:
+        """Add it to ``parser``; its value stays None when not given (the
+        ``--config`` file may give it, else :class:`FuzzConfig` has its default)."""
+        names = [cli_name(name)] if self.short is None else [self.short, cli_name(name)]
+        extra = {"action": self.action} if self.action else {"type": self.type,
+                                                               "metavar": self.metavar}
+        parser.add_argument(*names, default=None, help=self.help, **extra)
+
+
+def _fuzz(help: str, **how):
+    """A field of :class:`FuzzOptions` that is ``c128a fuzz``'s own option."""
+    return field(default=None, metadata={"fuzz": FuzzOption(help, **how)})
+
+
+def _shared(option: shared.Option):
+    """A field of :class:`FuzzOptions` declared in :mod:`c128a.options`."""
+    return field(default=None, metadata={"shared": option})
+
+
+def option_names(text: str) -> tuple[str, ...]:
+    """``--only``'s value: names separated by commas. Empty names are kept:
+    :func:`resolve` refuses them, naming the option."""
+    return tuple(name.strip() for name in text.split(","))
+
+
+@dataclass(frozen=True)
 class FuzzOptions:
     """Every option of ``c128a fuzz``, as given: None where not given. The
     command line and the ``[fuzz]`` table of a ``--config`` file both give
     these; the file's keys are these names (``-`` or ``_``), each read
-    against its annotation."""
+    against its annotation. Each is declared here once: its name, type and
+    command-line help (an option the CLI and pytest share, in
+    :mod:`c128a.options`; the target's three, by
+    :func:`c128a.cli.common.add_target_arguments`)."""
 
     target: str | None = None
     padding_rows: PaddingRows | None = None
     device: str | None = None
-    minutes: float | None = None
-    max_examples: int | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
-    workers: int | None = None
-    db: str | None = None
-    cases_dir: str | None = None
-    report: str | None = None
-    example_timeout: float | None = None
-    exitfirst: bool | None = None
-    profile: str | None = None
-    chunk: int | None = None
-    only: tuple[str, ...] | None = None
-    stateful: bool | None = None
-    properties: str | None = None
-    machine: str | None = None
-    live: bool | None = None
+    minutes: float | None = _fuzz(
+        f"run for M minutes (fractions allowed); the default without --max-examples is "
+        f"{DEFAULT_MINUTES:g}", type=float, metavar="M")
+    max_examples: int | None = _fuzz(
+        "stop after N generated examples in all (shared among the workers); the properties' "
+        "historical steps, run once in each worker, and shrinking come on top: the report's "
+        "totals say how many ran", type=int, metavar="N")
+    max_tokens: int | None = _fuzz(
+        "draw engine steps of up to N tokens (more requests, longer prefill chunks; default: "
+        "each property's own size, 32 for most)", type=int, metavar="N")
+    seed: int | None = _fuzz("seed of the whole run (default: random, reported)", type=int)
+    workers: int | None = _fuzz(
+        "worker processes (default: about one per core, on CUDA shared among the GPUs; "
+        "$C128A_WORKERS_PER_GPU sets the share)", type=int, metavar="K")
+    db: str | None = _fuzz(f"Hypothesis example database (default {DEFAULT_DB}; 'none' for none)",
+                           metavar="PATH|redis://HOST:PORT/N")
+    cases_dir: str | None = _shared(shared.CASES_DIR_OPTION)
+    report: str | None = _fuzz("write the JSON report here", metavar="FILE")
+    example_timeout: float | None = _fuzz(
+        f"kill and restart a worker whose example runs longer (default "
+        f"{DEFAULT_EXAMPLE_TIMEOUT_S:g})", type=float, metavar="S")
+    exitfirst: bool | None = _fuzz("stop at the first failure", action="store_true", short="-x")
+    profile: str | None = _fuzz(
+        f"Hypothesis profile the rounds derive from (default {DEFAULT_FUZZ_PROFILE})")
+    chunk: int | None = _fuzz(
+        f"examples per Hypothesis round before the next property (default {DEFAULT_CHUNK})",
+        type=int, metavar="N")
+    only: tuple[str, ...] | None = _fuzz(
+        "comma-separated properties to run (serving_loop: the machine)", type=option_names,
+        metavar="NAMES")
+    stateful: bool | None = _fuzz("run the serving-loop machine too (default: yes)",
+                                  action=argparse.BooleanOptionalAction)
+    properties: str | None = _shared(shared.PROPERTIES_OPTION)
+    machine: str | None = _shared(shared.MACHINE_OPTION)
+    live: bool | None = _fuzz("live status display (default: when stderr is a terminal)",
+                              action=argparse.BooleanOptionalAction)
 
     def over(self, fallback: "FuzzOptions") -> "FuzzOptions":
         """These options, with ``fallback``'s where these are None."""
@@ -177,7 +239,7 @@ def derive_seed(seed: int, *parts: int) -> int:
 
 def default_workers(device: str) -> tuple[int, int]:
     """(workers, GPUs): on CUDA, several per visible GPU (as ``pytest -n auto``:
-    :func:`~c128a.runners.gpus.workers_per_gpu`), pinned round-robin; one per
+    :func:`~c128a.gpu.pinning.workers_per_gpu`), pinned round-robin; one per
     usable core on the CPU."""
     if device == "cuda":
         gpus = visible_gpu_count()
@@ -235,7 +297,7 @@ def resolve(
             # An empty path is the current folder to some calls and nothing to others.
             raise UsageError(f"{name_of(name)}='' is an empty path; name {what}")
     properties = options.properties or DEFAULT_PROPERTIES
-    known = import_object(properties, name_of("properties"))
+    known = load_properties(properties, name_of("properties"))
     if not isinstance(known, dict):
         raise UsageError(
             f"{name_of('properties')} {properties} is a {type(known).__name__}, not a dict"
@@ -253,7 +315,7 @@ def resolve(
             f"{', '.join([*known, SERVING_LOOP])}"
         )
     if options.machine:
-        factory = import_object(options.machine, name_of("machine"))
+        factory = load_machine(options.machine, name_of("machine"))
         if not callable(factory):
             # Called with the target once it has loaded, before any worker
             # starts (c128a.runners.fuzz.loading).

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..cases import Case, atomic_write_json, case_filename
+from ...cases import Case, case_filename
+from ...files import atomic_write_json
 from ..reach import pair_rows, reach_rows
 from .config import FuzzConfig
 from .report import (

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...cases import Case, contract_breach, new_case
 from ...failures import CaseError
 from ...step import Batch
-from ..cases import Case, contract_breach, new_case
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from hypothesis.stateful import RuleBasedStateMachine
 
+from ...cases import SERVING_LOOP
 from ...failures import UsageError, one_line
+from ...gpu.pinning import gpu_for_worker, pin_to_gpu
 from ...targets import load_target, use_device
-from ..cases import SERVING_LOOP
-from ..gpus import gpu_for_worker, pin_to_gpu
 from .channel import ChannelError, ChannelReader, ChannelWriter
 from .config import FuzzConfig
 from .process import kill_group, start_process, take_over_the_process

@@ -2,9 +2,11 @@
 was running, as a ``crash`` or ``hang`` case, how the worker died, and the
 smallest failing example its shrinking had found.
 
-A mixin of :class:`~.supervisor.Supervisor` (as :class:`~.handlers.MessageHandlers`
-is): it reads the worker's in-flight file (:mod:`.inflight`) and records in
-the supervisor's case book, errors and set of historical steps saved. A
+An object of a run's :class:`~.supervisor.Supervisor`, as its
+:class:`~.handlers.MessageHandlers` are: it holds the smallest failing
+example each shrinking worker has sent and the historical steps saved,
+reads a worker's in-flight file (:mod:`.inflight`) and records in the
+run's case book and errors. A
 historical step (a property's ``@example``, run in each worker's first
 round of it) on which a worker died or hung is saved once, and the
 restarted worker skips it: else every restart died on the same step.
@@ -13,6 +15,7 @@ restarted worker skips it: else every restart died on the same step.
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 from .inflight import InflightRecord, case_from_inflight, read_inflight, step_key
 from .process import WORKER_INTERRUPTED_EXIT
@@ -21,11 +24,26 @@ from .worker import CUDA_FAULT_EXIT
 
 
 class LostWorkers:
-    """The :class:`~.supervisor.Supervisor`'s handling of workers that died,
-    hung or were cut short."""
+    """A run's handling of workers that died, hung or were cut short
+    (``run``: its :class:`~.supervisor.Supervisor`)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.best: dict[int, Any] = {}  # worker -> the smallest failing example it has sent
+        self.historical_saved: set[str] = set()  # step_key of historical steps saved as cases
+
+    def hold(self, index: int, case) -> None:
+        """Worker ``index``'s smallest failing example so far, as it shrinks:
+        held, not saved (its first failing example is saved already)."""
+        self.best[index] = case
+
+    def drop_held(self, index: int) -> None:
+        """Worker ``index`` sent a new first example or its shrunk one: what
+        was held of its shrinking is over."""
+        self.best.pop(index, None)
 
     def inflight_record(self, index: int) -> InflightRecord | None:
-        return read_inflight(self.inflight_path(index))
+        return read_inflight(self.run.inflight_path(index))
 
     def lost_input_case(self, index: int, kind: str, message: str) -> None:
         """Keep what the worker was running when it died or hung as a case."""
@@ -33,18 +51,18 @@ class LostWorkers:
         self.cut_short(index, f"the worker was lost ({kind})")
         if record is None:
             why = ("its in-flight input went with the run's temporary folder, deleted during "
-                   "the run" if self.run_dir_lost else "before its first example")
-            self.book.lost(kind, f"{message} ({why})")
+                   "the run" if self.run.run_dir_lost else "before its first example")
+            self.run.book.lost(kind, f"{message} ({why})")
             return
         if record.batch_problem:
-            self.errors.append(f"worker {index}'s in-flight input is malformed: "
+            self.run.errors.append(f"worker {index}'s in-flight input is malformed: "
                                f"{record.batch_problem}")
         if record.historical and record.batch is not None:
             # Restarted workers skip it: each would die on it again.
             self.historical_saved.add(step_key(record.property, record.batch))
-        self.book.record(case_from_inflight(
-            record, kind=kind, failure=message, target=self.config.target,
-            device=self.config.device, padding_rows=self.config.padding_rows,
+        self.run.book.record(case_from_inflight(
+            record, kind=kind, failure=message, target=self.run.config.target,
+            device=self.run.config.device, padding_rows=self.run.config.padding_rows,
             steps=None if record.batch else "the serving-loop example running when the worker "
             "was lost",
         ))
@@ -57,21 +75,21 @@ class LostWorkers:
         best = self.best.pop(index, None)
         if best is not None:
             self.keep_best_so_far(index, best, why)
-        elif self.book.has_unshrunk(index):
+        elif self.run.book.has_unshrunk(index):
             record = self.inflight_record(index)
-            self.book.cut_short(index, why, last_tried=record.batch_json if record else None)
+            self.run.book.cut_short(index, why, last_tried=record.batch_json if record else None)
 
     def keep_best_so_far(self, index: int, best, why: str) -> None:
         """``best`` replaces worker ``index``'s first failing example as the
         shrunk case would, and its report entry says it is not the end of
         the shrinking."""
-        _, first = self.book.pending.get(index, (None, None))
-        entries = len(self.book.entries)
-        self.stats[index].failures += self.book.shrunk(index, best)
-        if first is not None and any(entry is first for entry in self.book.entries):
+        _, first = self.run.book.pending.get(index, (None, None))
+        entries = len(self.run.book.entries)
+        self.run.stats[index].failures += self.run.book.shrunk(index, best)
+        if first is not None and any(entry is first for entry in self.run.book.entries):
             entry = first  # replaced in place
-        elif len(self.book.entries) > entries:
-            entry = self.book.entries[-1]
+        elif len(self.run.book.entries) > entries:
+            entry = self.run.book.entries[-1]
         else:
             return  # a failure this run had found already
         entry["shrunk"] = False

@@ -24,7 +24,7 @@ import time
 import traceback
 
 from ...failures import failure_text
-from ..gpus import freeze_startup_heap, pin_to_gpu, thaw_heap
+from ...gpu.pinning import freeze_startup_heap, pin_to_gpu, thaw_heap
 from . import protocol
 from .rundir import pid_gone
 from .signals import STOP_SIGNALS

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..cases import Case
+from ...cases import Case
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ... import phases
+from ...cases import versions
 from ...failures import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ...strategies.budget import size_budget
 from ...strategies.pairs import pair_table
 from ...strategies.reach import reach_table
-from ..cases import versions
 from ..reach import pair_rows, reach_rows
 from .casebook import CaseBook
 from .config import FuzzConfig

@@ -16,7 +16,8 @@ default handler: exit 143, nothing printed, no report.
 from __future__ import annotations
 
 import signal
-import threading
+
+from ...interrupts import HeldSignals
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """What stops a run like its deadline: Ctrl-C, a kill, a closed terminal or SSH session."""
@@ -44,16 +45,14 @@ class RunSignals:
         self.received: int | None = None  # the first stop signal outside the rounds
         self.raising = True
         self.delegate = None  # during the rounds: the supervisor's own handler
-        self.previous: dict[int, object] = {}
+        self.held: HeldSignals | None = None
 
     def __enter__(self) -> RunSignals:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {signum: signal.signal(signum, self.handle) for signum in STOP_SIGNALS}
+        self.held = HeldSignals(self.handle, STOP_SIGNALS)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+        self.held.restore()
 
     def handle(self, signum: int, frame=None) -> None:
         if self.delegate is not None:

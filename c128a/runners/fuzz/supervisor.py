@@ -40,7 +40,6 @@ import os
 import queue as queue_module
 import shutil
 import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -52,7 +51,8 @@ from rich.console import Console
 from rich.live import Live
 
 from ...failures import UsageError
-from ..gpus import gpu_for_worker
+from ...gpu.pinning import gpu_for_worker
+from ...interrupts import HeldSignals
 from .casebook import CaseBook, fallback_folders
 from .channel import ChannelError, ChannelReader, ChannelWriter
 from .config import FuzzConfig, check_paths
@@ -97,10 +97,11 @@ class _Slot:
     round: int = 0  # the round of its rotation it runs (its progress says), or starts at
 
 
-class Supervisor(MessageHandlers, LostWorkers):
+class Supervisor:
     """Spawns, watches and restarts workers and runs the event loop; their
-    messages go to :class:`~.handlers.MessageHandlers`, cases to a :class:`~.casebook.CaseBook`,
-    the workers it loses to :class:`~.losses.LostWorkers`.
+    messages go to its :class:`~.handlers.MessageHandlers` (``messages``),
+    cases to a :class:`~.casebook.CaseBook` (``book``), the workers it loses
+    to its :class:`~.losses.LostWorkers` (``losses``).
 
     A stop asks the workers to end after their example: ``--exitfirst``
     lets a failure being shrunk finish (:data:`SHRINK_GRACE_S`, within the
@@ -144,7 +145,6 @@ class Supervisor(MessageHandlers, LostWorkers):
         self.per_property: Counter[str] = Counter()
         self.book = CaseBook(config.cases_dir, on_record=self.case_recorded,
                              fallbacks=fallback_folders(config.report), say=self.say)
-        self.historical_saved: set[str] = set()  # step_key of historical steps saved as cases
         self.errors: list[str] = []  # faults of the suite itself, reported by workers
         self.fatal: str | None = None
         self.interrupted: int | None = None  # the signal that stopped the run
@@ -162,9 +162,10 @@ class Supervisor(MessageHandlers, LostWorkers):
         self.loaded_after = 0.0  # seconds from the run's start to the target loaded
         self.not_started: str | None = None  # why no worker was started
         self.ran = False  # the rounds began (workers were started)
-        self.best: dict[int, Any] = {}  # worker -> the smallest failing example it has sent
         self.strays = Strays()  # the processes the run's workers orphan
         self.fork_server_noted = False
+        self.messages = MessageHandlers(self)
+        self.losses = LostWorkers(self)
         self.budgets = None if config.max_examples is None else [
             config.max_examples // config.workers
             + (1 if i < config.max_examples % config.workers else 0)
@@ -188,6 +189,12 @@ class Supervisor(MessageHandlers, LostWorkers):
     def say(self, text: str, case=None) -> None:
         say(self.console, text, case)
 
+    def case_recorded(self) -> None:
+        """A case is on the disk (the case book says): with ``--exitfirst``,
+        the run stops."""
+        if self.config.exitfirst:
+            self.request_stop("--exitfirst")
+
     def spawn(self, index: int) -> None:
         slot, stats = self.slots[index], self.stats[index]
         self.keep_run_dir()
@@ -209,7 +216,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             target=run_worker,
             args=(index, slot.generation, self.config, ChannelWriter(writing), self.stop,
                   self.halt, str(self.inflight_path(index)), budget, gpu, os.getpid(),
-                  dict(os.environ), frozenset(self.historical_saved), slot.round),
+                  dict(os.environ), frozenset(self.losses.historical_saved), slot.round),
             name=f"c128a-fuzz-{index}",
             daemon=True,
         )
@@ -289,7 +296,7 @@ class Supervisor(MessageHandlers, LostWorkers):
                 self.channel_broken(index, str(exc))
                 return
             slot.activity = time.monotonic()
-            self.handle(index, message)
+            self.messages.handle(index, message)
 
     def channel_broken(self, index: int, problem: str) -> None:
         """Worker ``index``'s channel holds what is not a message: an error of
@@ -323,7 +330,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             # Ended without saying it was done (its Done sets it finished),
             # exit 0 included: the code it ran ended it (os._exit, a native
             # library's exit()), whether the run is stopping or not.
-            how = self.how_it_died(index, process.exitcode)
+            how = self.losses.how_it_died(index, process.exitcode)
             if not slot.ready:
                 # Dying before its first example is a setup problem: restarting repeats it.
                 self.fatal = f"worker {index} died during start-up ({how})"
@@ -331,7 +338,8 @@ class Supervisor(MessageHandlers, LostWorkers):
                 self.request_halt("a worker's fatal error")
                 return
             stats.crashes += 1
-            self.lost_input_case(index, "crash", f"worker {index} died ({how}) running this input")
+            self.losses.lost_input_case(index, "crash",
+                                        f"worker {index} died ({how}) running this input")
             self.restart(index)
             return
         try:
@@ -345,7 +353,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             process.join()
             self.sweep_strays()
             stats.hangs += 1
-            self.lost_input_case(
+            self.losses.lost_input_case(
                 index, "hang",
                 f"worker {index} ran one example for more than {limit:g} s "
                 "(--example-timeout) and was killed",
@@ -363,7 +371,7 @@ class Supervisor(MessageHandlers, LostWorkers):
             kill_group(slot.process)
             slot.process.join()
             self.drain(index)
-            self.cut_short(index, "the worker was killed at the stop")
+            self.losses.cut_short(index, "the worker was killed at the stop")
             slot.finished = killed = True
             self.stats[index].state = "killed at stop" if slot.ready else "stopped while starting"
         if killed:
@@ -411,11 +419,11 @@ class Supervisor(MessageHandlers, LostWorkers):
     def run(self, signals: RunSignals | None = None) -> dict[str, Any]:
         """The rounds, to the last worker's end; the report. A stop signal
         meanwhile goes to :meth:`interrupt`, through ``signals`` when given."""
-        previous = {}
+        held = None
         if signals is not None:
             signals.delegate = self.interrupt
-        elif threading.current_thread() is threading.main_thread():
-            previous = {signum: signal.signal(signum, self.interrupt) for signum in STOP_SIGNALS}
+        else:
+            held = HeldSignals(self.interrupt, STOP_SIGNALS)
         live = self.config.live if self.config.live is not None else self.console.is_terminal
         last_log = last_retry = time.monotonic()
         display = Live(render(self), console=self.console, refresh_per_second=4) if live else None
@@ -468,7 +476,7 @@ class Supervisor(MessageHandlers, LostWorkers):
                         kill_group(slot.process)
                         slot.process.join()
                     self.drain(index)
-                    self.cut_short(index, "the run ended")
+                    self.losses.cut_short(index, "the run ended")
                 if slot.process is not None:
                     kill_group(slot.process)
             self.sweep_strays()
@@ -477,8 +485,8 @@ class Supervisor(MessageHandlers, LostWorkers):
                 display.stop()
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.book.retry_unwritten()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            if held is not None:
+                held.restore()
             if signals is not None:
                 signals.delegate = None
         return self.report()

@@ -48,15 +48,17 @@ from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from ... import phases
+from ...cases import SERVING_LOOP, Case
+from ...checked import load_machine, load_properties
 from ...checks import profiles
 from ...failures import HarnessError, failure_text, is_kill
+from ...files import atomic_write_json
+from ...gpu.pinning import share_cores
 from ...hypothesis_private import drawn_seconds
 from ...replay.recorded import machine_steps_of
 from ...strategies.pairs import pair_labels_of
 from ...strategies.reach import labels_of
-from ...targets import import_object, load_target, use_device
-from ..cases import SERVING_LOOP, Case, atomic_write_json
-from ..gpus import share_cores
+from ...targets import load_target, use_device
 from . import protocol
 from .config import FuzzConfig, derive_seed
 from .inflight import InflightFile, InflightRecord, case_from_inflight, step_key
@@ -105,7 +107,7 @@ def selection(config: FuzzConfig, target) -> tuple[list, dict[str, str], object]
     """What a run of ``config`` on ``target`` fuzzes: (the properties, in
     ``--only``'s order, that apply to the target; those that do not, each
     with why; the serving-loop machine's factory, None when it does not run)."""
-    properties = import_object(config.properties, "--properties")
+    properties = load_properties(config.properties)
     names = config.only or tuple(properties)
     unknown = sorted(set(names) - set(properties) - {SERVING_LOOP})
     if unknown:  # the parent checked; a mapping that changed since is the suite's fault
@@ -121,7 +123,7 @@ def selection(config: FuzzConfig, target) -> tuple[list, dict[str, str], object]
             not_applicable[name] = why
     factory = None
     if config.stateful and config.machine and (not config.only or SERVING_LOOP in config.only):
-        factory = import_object(config.machine, "--machine")
+        factory = load_machine(config.machine)
     return runs, not_applicable, factory
 
 

@@ -6,7 +6,7 @@ lookups, mixed batches) it times the bare kernel launches
 (:func:`c128a.kernels.adaptive.launch`, :func:`c128a.kernels.baseline.launch`;
 no validation, which synchronises) and, with ``--vllm-release``, that
 release's kernel launched with the arguments its launcher computes
-(:meth:`c128a.kernels.vllm_release.BareLaunch.prepare`: the launcher's
+(:meth:`c128a.kernels.vllm_extracts.BareLaunch.prepare`: the launcher's
 Python, run by c128a's stand-ins, once per shape and width; the builder's
 asserts and views left out), at the policy's width W ("adaptive") and at the
 capacity C ("fixed"), with two clocks (:mod:`c128a.kernels.timing`):
@@ -48,7 +48,7 @@ from rich.table import Table
 from ..contract import BLOCK_SIZE, COMPRESS_RATIO, SLOTS, BuildArgs, policy, write_metadata
 from ..failures import UsageError
 from ..options import DEFAULT_GRAPH_LAUNCHES, DEFAULT_GRAPH_REPLAYS
-from ..kernels import adaptive, baseline, vllm_release
+from ..kernels import adaptive, baseline, vllm_extracts
 from ..kernels.compiled import compiled_variants
 from ..kernels.timing import graph_us, launch_empty, median_us
 from ..step import (
@@ -288,7 +288,7 @@ class ReleaseKernel:
     version: str
     extract: str
     source_sha256: str
-    launch: vllm_release.BareLaunch
+    launch: vllm_extracts.BareLaunch
     jit_functions: tuple = ()
     padding_rows: str = SLOTS
 
@@ -313,11 +313,11 @@ def load_release(text: str) -> ReleaseKernel:
     spec = f"{VLLM_RELEASE_PREFIX}:{text.strip()}"
     try:
         target = load_target(spec)
-        launch = vllm_release.bare_launch(target.build_c128a_topk_metadata)
-    except (UsageError, vllm_release.ExtractError) as exc:
+        launch = vllm_extracts.bare_launch(target.build_c128a_topk_metadata)
+    except (UsageError, vllm_extracts.ExtractError) as exc:
         raise UsageError(f"--vllm-release {text}: {exc}") from exc
     extract = Path(target.build_c128a_topk_metadata.__code__.co_filename)
-    header = vllm_release.read_header(extract)
+    header = vllm_extracts.read_header(extract)
     return ReleaseKernel(
         spec=spec,
         version=header.get(VERSION_KEY, "unknown"),

@@ -3,8 +3,9 @@
 ``c128a history --checkout PATH REV...`` checks each revision in a child
 process (:mod:`c128a.runners.revisions`) and writes one row per revision:
 whether its target loads, the widths its checks drew W from, how many
-checks passed, failed or do not apply, and the failing checks (as the
-README's "Findings in released vLLM" does for wheels).
+checks passed, failed or do not apply, and the failing checks (as
+"Findings in released vLLM", docs/explanation/compile-keys.md, does for
+wheels).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from ..targets.vllm_source import git
 from . import revisions
-from .bisect import commit_of
+from .bisection import commit_of
 
 
 @dataclass(frozen=True)

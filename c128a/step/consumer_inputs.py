@@ -4,7 +4,7 @@ A :class:`Consumer` is one kernel (or the oracle's statement of it) that
 reads the views a build returned; :class:`ConsumerInputs` is everything an
 engine passes it beside the views, derived from the step (:meth:`from_build`)
 so that a saved :class:`~c128a.step.Batch` replays it. :data:`ORACLE_CONSUMERS`
-are the plain-torch consumers of :mod:`c128a.contract.consumers`, the
+are the plain-torch consumers of :mod:`c128a.contract.oracle_consumers`, the
 consumers of every target that names none of its own.
 """
 
@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ..contract import consumers as oracle
+from ..contract import oracle_consumers as oracle
 from .buffers import BuildResult
 
 WINDOW_SIZE = 128

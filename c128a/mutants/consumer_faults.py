@@ -6,14 +6,13 @@ that declares a keyed launcher it never launches through."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import types
 
 import torch
 
 from ..contract import oracle
-from ..step.consumers import ORACLE_CONSUMERS, Consumer, ConsumerInputs
-from ..step.consumers import oracle_global_topk, oracle_mixed_sparse
+from ..step.consumer_inputs import ORACLE_CONSUMERS, Consumer, ConsumerInputs
+from ..step.consumer_inputs import oracle_global_topk, oracle_mixed_sparse
 from .registry import Mutant, register
 
 
@@ -71,21 +70,28 @@ def _consume_mixed_sparse_trusts_sentinel(inputs: ConsumerInputs):
 __all__ = ["consumer_mutant"]
 
 
-class _KernelNamespace:
-    """A target namespace that lives with the kernels (it imports Triton):
-    imported by name on first use, after the device is chosen."""
+def _keyed():
+    # The kernels' package imports Triton: imported on first use, after the
+    # device is chosen.
+    from ..kernels import keyed
 
-    def __init__(self, module: str, attribute: str):
-        self._where = (module, attribute)
+    return keyed
+
+
+class KeyedNamespace:
+    """A target namespace of :mod:`c128a.kernels.keyed` (it imports Triton),
+    read from it on first use, after the device is chosen."""
+
+    def __init__(self, attribute: str):
+        self._attribute = attribute
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        module, attribute = self._where
-        return getattr(getattr(importlib.import_module(module), attribute), name)
+        return getattr(getattr(_keyed(), self._attribute), name)
 
     def __repr__(self) -> str:
-        return "{}:{}".format(*self._where)
+        return f"c128a.kernels.keyed:{self._attribute}"
 
 
 register(Mutant(
@@ -95,7 +101,7 @@ register(Mutant(
     "width: every launch below W = C compiles during inference",
     "recompilation mid-inference",
     ("compile_keys",),
-    _KernelNamespace("c128a.kernels.keyed", "stride_blind"),
+    KeyedNamespace("stride_blind"),
 ))
 
 
@@ -109,7 +115,7 @@ class _DeclaresTheKeyedLauncher:
     def __getattr__(self, name: str):
         if name != "launchers":
             raise AttributeError(name)
-        return importlib.import_module("c128a.kernels.keyed").target.launchers
+        return _keyed().target.launchers
 
     def __repr__(self) -> str:
         return "c128a.mutants:launcher_never_launched"
