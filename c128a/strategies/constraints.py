@@ -658,6 +658,19 @@ def _tokens_within_budget(budget, tokens):
     return None
 
 
+@budget_rule("first scheduled position", "padding position", "tokens T", "position magnitude")
+def _positions_from_the_start(budget, first, padding, tokens, magnitude):
+    # A request scheduled from its start holds positions 0 to its tokens
+    # less one; only a stale padding token is drawn past them.
+    if first != "0 (every request from its start)" or padding == "stale, past its request":
+        return None
+    most = min(span("tokens T", tokens)[1], _most_tokens(budget))
+    if span("position magnitude", magnitude)[0] >= most:
+        return (f"every request from its start holds positions below T <= {most:,}: a "
+                "larger one is a stale padding token's")
+    return None
+
+
 @budget_rule("capacity C", "width W")
 def _largest_capacity(budget, capacity, width):
     if capacity == "not a power of two" and width == "8,192 and more":
