@@ -129,11 +129,7 @@ def test_the_schedule_changes_no_draw_and_no_unsteered_step(monkeypatch, name):
     ("buffer layout x width against need", ("one pool for both buffers", "C"), False),
     ("tokens T x decode/prefill mix", ("1", "prefill only"), False),
     ("tokens T x decode/prefill mix", ("above 8,192", "prefill only"), True),
-    pytest.param("requests x block-table width M", ("257-512", "above 256"), True,
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "257-512 requests beside a table above 256 columns: the drawn query "
-                     "lengths use up an engine-scale step's tokens before its requests "
-                     "reach 257 in most draws (6 of 20)"))),
+    ("requests x block-table width M", ("257-512", "above 256"), True),
 ])
 def test_a_row_steers_the_step_into_its_cell(monkeypatch, pair_name, cell, engine_scale):
     pair = BY_PAIR_NAME[pair_name]

@@ -1026,6 +1026,11 @@ def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: i
         left = scale.tokens - high_d * MAX_QUERY_TOKENS_PER_DECODE
         low_p = min(max(low_p, -(-max(left, 0) // model_len)), high_p)
     decode_count = _kept_or_between(layout.uint(2), (min_decode, max_decode), (low_d, high_d))
+    wanted = steer.get("requests")
+    if wanted is not None:
+        # Prefill requests enough for the row's request count beside the decode ones.
+        least = INTERVALS["requests"][wanted][0] - decode_count
+        low_p = min(max(low_p, least), high_p)
     prefill_count = _kept_or_between(layout.uint(2), (min_prefill, max_prefill), (low_p, high_p))
     return decode_count, prefill_count, low_p, decode_tokens
 
@@ -1049,9 +1054,6 @@ def _requests(records: bytes, decode_count: int, scale: _Scale, min_prefill: int
     sequence and the longest decode sequence (:func:`_steer_lengths`)."""
     speculative = steer.get("speculative decode")
     decode_query = 1 if speculative == "1 token a request" else MAX_QUERY_TOKENS_PER_DECODE
-    if steer.get("requests") == "257-512":
-        # Hundreds of decode requests share the step's tokens.
-        decode_query = min(decode_query, max(1, scale.tokens // 300))
     longest = steering.longest_range(steer, ratio) if steer else (1, model_len)
     decode_longest = steering.decode_range(steer, ratio, block_size) if steer else (1, model_len)
     prefill_len = max(1, min(model_len, longest[1]))
@@ -1059,9 +1061,15 @@ def _requests(records: bytes, decode_count: int, scale: _Scale, min_prefill: int
     prefill_wanted = steer.get("prefill tokens")
     decode_budget = scale.tokens - min_prefill
     if decode_tokens is not None:
-        # The row's decode rows: as many decode tokens, the rest prefill.
+        # The row's decode rows: as many decode tokens, the rest prefill,
+        # and a token at least for each decode request the row's count asks for.
         low, high = decode_tokens
+        low = min(max(low, decode_count), high)
         decode_budget = min(decode_budget, low + uint(records[:2]) % (high - low + 1))
+    if steer.get("requests") in ("17-256", "257-512") and decode_count:
+        # Hundreds of decode requests share the step's decode tokens: each
+        # takes no more than its share, so that all of them are drawn.
+        decode_query = min(decode_query, max(1, decode_budget // decode_count))
     decode = _requests_from_bytes(
         records[: decode_count * REQUEST_BYTES],
         decode_budget,
