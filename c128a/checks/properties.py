@@ -381,7 +381,10 @@ PROPERTIES: dict[str, Property] = {
                   reach={**REPLAY_REACH, **SMALL_STEPS, **DECODE_ONLY_PAIRS}),
         _property("compile_keys", check_compile_keys, engine_config_steps,
                   unsupported=_needs_keyed_launchers,
-                  reach={**COMPILE_KEY_REACH, **SMALL_STEPS, **POLICY_WIDTHS_ONLY}),
+                  # The policy's widths: one wider than the real tokens need
+                  # only where a padding token's stale position set it.
+                  reach={**COMPILE_KEY_REACH, **SMALL_STEPS, **POLICY_WIDTHS_ONLY,
+                         "width against need": ("wider than the policy's, below C",)}),
     )
 }
 """Property name -> :class:`Property`; names match the kill matrix's columns."""
