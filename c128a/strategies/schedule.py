@@ -120,7 +120,7 @@ def _covering_array(engine: bool, budget) -> tuple[dict[str, str], ...]:
                   zip(the_model.names, the_model.values, row)} for row in rows)
 
 
-COVERAGE = 4
+COVERAGE = 6
 """Rows each allowed cell lies in, each another combination of the other
 dimensions: a row is one step of every bucket it names only as far as the
 steering can realise them all at once (a decision that cannot meet one
