@@ -962,8 +962,12 @@ def _model_length(layout: Fields, scale: _Scale, ratio: int, steer: Steer,
     model_len = _model_len(layout, longest, ratio)
     shortest = 1
     if scale.engine:
-        # Long enough that the step's prefill requests can hold its tokens.
-        shortest = min(longest, -(-scale.tokens // scale.max_prefill_requests))
+        # Long enough that the step's prefill requests (as few as the row's
+        # request count, where it names one) can hold its tokens.
+        requests = scale.max_prefill_requests
+        if steer.get("requests") is not None:
+            requests = max(1, min(requests, INTERVALS["requests"][steer.get("requests")][1]))
+        shortest = min(longest, -(-scale.tokens // requests))
         if model_len < shortest:
             model_len = shortest + model_len % (longest - shortest + 1)
     least, most = _length_range(steer, ratio, block_size)
