@@ -128,7 +128,7 @@ def _assumes_aligned(name: str, examples: int):
     )(build)
 
 
-for _name, _examples in (("positions", 25), ("token_to_req_indices", 50),
+for _name, _examples in (("positions", 25), ("token_to_req_indices", 150),
                          ("slot_mapping", 25), ("block_table", 25)):
     _assumes_aligned(_name, _examples)
 
@@ -269,6 +269,7 @@ def _row_stride_at(buffer: torch.Tensor) -> int:
     "freed workspace handed to a step of another geometry gets rows at the old pitch",
     "history dependence",
     ("history_independent",),
+    examples=50,  # measured: the ci profile's draws beside the covering array over every pair
 )
 def _build_row_stride_kept_per_address(args: BuildArgs) -> Views:
     validated(args)
