@@ -274,14 +274,39 @@ def test_a_signal_stops_the_run_and_its_children(tiny_subject, cli_process, tmp_
     assert "1 mutants did not run (interrupted by SIGTERM)" in report["problems"]
 
 
-def test_a_cuda_fault_of_a_mutant_is_its_crash():
+def test_a_cuda_fault_of_a_mutant_is_its_crash(c128a_device):
     """torch raises AcceleratorError at the next synchronisation after a
     kernel faulted, with the context lost: for a mutant, a crash of its
     kernel (the child exits, the parent counts it crashed), as a segfault is
-    on the CPU. Other errors stay faults of the suite."""
-    from c128a.runners.mutation.child import is_device_fault
+    on the CPU. The kill matrix's outcome says which errors are CUDA faults
+    (raised, or the cause of what was raised); other errors stay faults of
+    the suite."""
+    import torch
 
-    assert is_device_fault("AcceleratorError: CUDA error: an illegal memory access was encountered")
-    assert is_device_fault("RuntimeError: CUDA error: device-side assert triggered")
-    assert not is_device_fault("HarnessError: the harness's own invariant broke")
-    assert not is_device_fault("AssertionError: expected CUDA error: none\nCUDA error: later line")
+    from c128a.checks import PROPERTIES, Property
+    from c128a.runners.killmatrix import ci_settings, run_property
+    from c128a.targets import load_target
+
+    def raising(exc):
+        def check(target, batch, device):
+            raise exc
+        return Property("raising", PROPERTIES["views"].strategy, check)
+
+    def wrapped(target, batch, device):
+        try:
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        except RuntimeError as exc:
+            raise HarnessError("the oracle's gather failed") from exc
+
+    target = load_target("reference")
+    faults = [
+        raising(torch.AcceleratorError("CUDA error: an illegal memory access was encountered")),
+        raising(RuntimeError("CUDA error: device-side assert triggered")),
+        Property("wrapped", PROPERTIES["views"].strategy, wrapped),
+    ]
+    others = [raising(HarnessError("the harness's own invariant broke")),
+              raising(AssertionError("expected no CUDA error"))]
+    for prop in faults + others:
+        outcome = run_property(prop, target, c128a_device, ci_settings(1))
+        assert outcome.errored and not outcome.killed, (prop.name, outcome)
+        assert outcome.cuda_fault == (prop in faults), (prop.name, outcome)

@@ -30,16 +30,9 @@ from ...failures import failure_text
 
 LOAD_FAILED = "the mutant module could not be loaded"
 DEVICE_FAULT_EXIT = 3
-"""The exit status of a child whose mutant faulted on the GPU."""
-
-
-def is_device_fault(message: str) -> bool:
-    """Whether a property's error message is a CUDA fault (an illegal
-    address, a device-side assert): torch raises ``AcceleratorError`` at the
-    next synchronisation after a kernel faulted, wherever that is, and the
-    process's CUDA context is lost with it. For a mutant that is a crash of
-    its kernel, as a segfault is on the CPU, not a fault of the suite."""
-    return message.startswith(("AcceleratorError:", "RuntimeError: CUDA error:"))
+"""The exit status of a child whose mutant faulted on the GPU: for a mutant a
+CUDA fault (:func:`~c128a.failures.is_cuda_fault`) is a crash of its kernel,
+as a segfault is on the CPU, not a fault of the suite."""
 
 
 def child_main(conn, environ: dict, parent_pid: int, subject_spec: str, mutant_id: str | None,
@@ -101,7 +94,7 @@ def _judge(conn, subject_spec, mutant_id, source_path, device, max_examples, thr
                 continue
             status = ("killed" if outcome.killed else "n/a" if outcome.unsupported
                       else "error" if outcome.errored else "survived")
-            if status == "error" and not control and is_device_fault(outcome.message):
+            if outcome.cuda_fault and not control:
                 # The context is gone: end as a crash, with why on the log's last line.
                 print(f"the mutant's kernel faulted on the device during {name} on "
                       f"{run.label}: {outcome.message}", file=sys.stderr, flush=True)
