@@ -263,8 +263,7 @@ def test_a_signal_stops_the_run_and_its_children(tiny_subject, cli_process, tmp_
     output = tmp_path / "report"
     process = cli_process("mutate", "--subject", SUBJECT, "--mutant", HANGS, "--timeout", "300",
                           "--max-examples", EXAMPLES, "--output", output, path=(TESTS,))
-    wait_until(lambda: "control tiny: every property passed" in process.errors(), 120,
-               "the control's line")
+    process.wait_for_error("control tiny: every property passed", 120)
     children = wait_until(lambda: descendants(process.pid), 30, "a child judging the mutant")
     process.process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 128 + signal.SIGTERM
