@@ -51,30 +51,33 @@ class _Tokens:
     requests: np.ndarray
     real: np.ndarray  # a slot >= 0
     padded: np.ndarray  # indices of the tokens with a negative slot
+    request_ids: np.ndarray  # the distinct request indices, sorted
+    request_of: np.ndarray  # each token's place in request_ids (any index, even a bad one)
 
     @classmethod
     def of(cls, batch: Batch) -> "_Tokens":
         if _last_tokens[0] is not batch:
             t = batch.num_tokens
             slots = np.asarray(batch.slot_mapping[:t], dtype=np.int64)
+            requests = np.asarray(batch.token_to_req_indices[:t], dtype=np.int64)
             real = slots >= 0
             _last_tokens[:] = [batch, cls(
-                np.asarray(batch.positions[:t], dtype=np.int64), slots,
-                np.asarray(batch.token_to_req_indices[:t], dtype=np.int64), real,
-                np.flatnonzero(~real),
+                np.asarray(batch.positions[:t], dtype=np.int64), slots, requests, real,
+                np.flatnonzero(~real), *np.unique(requests, return_inverse=True),
             )]
         return _last_tokens[1]
 
     def per_request(self, values: np.ndarray, reduce: np.ufunc,
                     mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(``reduce`` (np.minimum or np.maximum) of ``values[mask]`` for each
-        request index, whether the request has such a token)."""
-        size = int(self.requests.max(initial=-1)) + 1
+        request, whether the request has such a token), both indexed as
+        :attr:`request_ids`."""
+        size = self.request_ids.size
         limits = np.iinfo(np.int64)
         out = np.full(size, limits.max if reduce is np.minimum else limits.min, dtype=np.int64)
-        reduce.at(out, self.requests[mask], values[mask])
+        reduce.at(out, self.request_of[mask], values[mask])
         present = np.zeros(size, dtype=bool)
-        present[self.requests[mask]] = True
+        present[self.request_of[mask]] = True
         return out, present
 
 
@@ -161,7 +164,7 @@ def _padding_position(batch: Batch) -> str | None:
     if not padded.size:
         return None
     longest, present = tokens.per_request(tokens.positions, np.maximum, tokens.real)
-    requests = tokens.requests[padded]
+    requests = tokens.request_of[padded]
     # A request without a real token has no longest position: never past it.
     past = bool((present[requests] & (tokens.positions[padded] > longest[requests])).any())
     return "stale, past its request" if past else "within its request"
@@ -374,7 +377,8 @@ def pages_read(batch: Batch) -> dict[int, int]:
     decode = np.zeros(tokens.requests.shape, dtype=bool)
     decode[:d] = True
     most, _ = tokens.per_request(np.pad(pages, (0, tokens.requests.size - d)), np.maximum, decode)
-    return {int(row): max(int(most[row]), 0) for row in np.unique(tokens.requests[:d])}
+    rows = np.unique(tokens.request_of[:d])
+    return {int(tokens.request_ids[row]): max(int(most[row]), 0) for row in rows}
 
 
 def _shared_pages(batch: Batch) -> str | None:
