@@ -119,16 +119,18 @@ class CliProcess:
     def wait_for_error(self, text: str, timeout: float) -> None:
         """Until ``text`` is in its standard error; the test fails at once,
         with its output, when it ends first, and past ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while text not in self.errors():
+
+        def printed() -> bool:
             status = self.process.poll()
-            if status is not None and text not in self.errors():
+            if text in self.errors():
+                return True
+            if status is not None:
                 raise AssertionError(f"c128a {self.command} ended ({status}) before printing "
                                      f"{text!r}: {self.output()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"after {timeout:g} s, c128a {self.command} has not "
-                                     f"printed {text!r}: {self.output()}")
-            time.sleep(0.1)
+            return False
+
+        wait_until(printed, timeout,
+                   lambda: f"c128a {self.command} has not printed {text!r}: {self.output()}")
 
     def wait(self, timeout: float) -> int:
         """Its exit status; past ``timeout`` its group is killed and the test fails."""
@@ -203,16 +205,17 @@ def ps(pids) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
+def wait_until(condition, timeout: float, what, interval: float = 0.1):
     """``condition()``'s first true value; an AssertionError naming ``what``
-    when none comes within ``timeout`` seconds."""
+    (a text, or a function giving it then) when none comes within
+    ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"after {timeout:g} s: {what}")
+    raise AssertionError(f"after {timeout:g} s: {what() if callable(what) else what}")
 
 
 def assert_all_ended(pids, timeout: float = 10.0, what: str = "processes still running") -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..contract import COMPRESS_RATIO, target_capacity, target_width
-from ..step import Batch, BufferLayout, StepRequest, assemble_batch
-from .engine import pages_for
+from ..contract import COMPRESS_RATIO
+from ..step import Batch, BufferLayout
 from .history import engine_batch
 
 
@@ -38,26 +37,13 @@ def _slot_zero_in_a_narrow_row() -> Batch:
     return dataclasses.replace(step, slot_mapping=(0, *step.slot_mapping[1:]))
 
 
-def _pages_down_from(pages: int) -> tuple[int, ...]:
-    """A block-table row of ``pages`` pages in reverse order (none is page 0), one junk column."""
-    return (*range(pages, 0, -1), -7)
-
-
 def _pages_wider_than_a_tile() -> Batch:
     # 300 entries on pages of 256 (B > 128): columns 128 to 299 are on the
     # first page past its 128th entry and on the second page. A builder that
     # finds a column's page within its 128-column tile, as if no page
     # spanned two tiles, reads wrong pages there (mutant
     # block_size_capped_at_tile; the GPU budget's draws missed it).
-    max_model_len, block_size, seq_len = 81_920, 256, 300 * COMPRESS_RATIO
-    capacity = target_capacity(None, max_model_len, COMPRESS_RATIO)
-    return assemble_batch(
-        [StepRequest.last(seq_len, 1)],
-        block_table=(_pages_down_from(pages_for(seq_len, block_size)),),
-        max_model_len=max_model_len,
-        capacity=capacity, width=target_width(None, seq_len, COMPRESS_RATIO, capacity),
-        buffer_rows=3, block_size=block_size,
-    )
+    return engine_batch([(300 * COMPRESS_RATIO, 1)], block_size=256, buffer_rows=3)
 
 
 def _rows_further_apart_than_the_capacity() -> Batch:
@@ -65,14 +51,8 @@ def _rows_further_apart_than_the_capacity() -> Batch:
     # apart than C (an engine's padded pool), at W = 128 < C. A builder
     # that takes the room between two rows for the row's width writes past
     # W there (mutant clamp_to_row_stride; the GPU budget's draws missed it).
-    max_model_len, seq_len = 81_920, 1_000
-    capacity = target_capacity(None, max_model_len, COMPRESS_RATIO)
-    return assemble_batch(
-        [StepRequest.last(seq_len, 1)], block_table=(_pages_down_from(pages_for(seq_len)),),
-        max_model_len=max_model_len,
-        capacity=capacity, width=target_width(None, seq_len, COMPRESS_RATIO, capacity),
-        buffer_rows=14, buffer_layout=BufferLayout(offset=16, row_padding=131, pooled=True),
-    )
+    return engine_batch([(1_000, 1)], buffer_rows=14,
+                        buffer_layout=BufferLayout(offset=16, row_padding=131, pooled=True))
 
 
 KERNEL_EXAMPLES: dict[str, Batch] = {

@@ -374,8 +374,7 @@ def pages_read(batch: Batch) -> dict[int, int]:
     tokens, d = _Tokens.of(batch), batch.num_decode_tokens
     lengths = np.minimum((tokens.positions[:d] + 1) // batch.compress_ratio, batch.width)
     pages = -(-lengths // batch.block_size)
-    decode = np.zeros(tokens.requests.shape, dtype=bool)
-    decode[:d] = True
+    decode = np.arange(tokens.requests.size) < d
     most, _ = tokens.per_request(np.pad(pages, (0, tokens.requests.size - d)), np.maximum, decode)
     rows = np.unique(tokens.request_of[:d])
     return {int(tokens.request_ids[row]): max(int(most[row]), 0) for row in rows}
