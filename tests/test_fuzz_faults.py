@@ -239,6 +239,20 @@ def test_the_runs_temporary_folder_deleted_mid_run_is_made_again(fuzz_process):
     assert list(run.temporary.iterdir()) == []
 
 
+def test_a_killed_workers_temporary_files_go_with_the_run(fuzz_process):
+    """Each example ends its worker by SIGKILL while a temporary file of its
+    is open, as a worker killed mid-write of Hypothesis's database would:
+    the file is in the run's folder, and the run leaves nothing in $TMPDIR.
+    (Before: each killed worker left a ``tmp*`` file in $TMPDIR.)"""
+    run = fuzz_process("--max-examples", "3", "--workers", "1", "--no-stateful",
+                       "--only", "crashes_holding_a_temporary_file")
+    status = run.wait(120)
+    report = run.report()
+    assert report["error"] is None and report["totals"]["crashes"] >= 1, report
+    assert status == report["exit_status"] == 1, run.errors()
+    assert list(run.temporary.iterdir()) == []
+
+
 def test_sigkill_of_the_parent_ends_every_worker(fuzz_process):
     """A parent killed without warning takes its workers with it within seconds."""
     run = fuzz_process("--minutes", "2", "--workers", "2", "--only", "matches_reference",
