@@ -35,6 +35,18 @@ class Dimension:
     buckets: tuple[str, ...]
     bucket_of: Callable[[Batch], str | None]
 
+    def __post_init__(self) -> None:
+        # Each example's buckets are asked for several times (its events, its
+        # pair cells, the reach counts): the last step's answer is kept.
+        compute, last = self.bucket_of, [None, None]
+
+        def bucket_of(batch: Batch) -> str | None:
+            if last[0] is not batch:
+                last[:] = [batch, compute(batch)]
+            return last[1]
+
+        object.__setattr__(self, "bucket_of", bucket_of)
+
     def label(self, bucket: str) -> str:
         """The ``event()`` text of one bucket: ``"dimension: bucket"``."""
         return f"{self.name}{SEPARATOR}{bucket}"
