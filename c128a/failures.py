@@ -25,6 +25,7 @@ import traceback
 from typing import Callable, TypeVar
 
 __all__ = [
+    "is_cuda_fault",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -225,3 +226,17 @@ class CaseError(UsageError, ValueError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.field, self.rule))
+
+
+def is_cuda_fault(exc: BaseException | None) -> bool:
+    """A CUDA error (illegal address, launch failure, device-side assert),
+    here or as the cause of a wrapped failure: the process's CUDA context is
+    unusable after it. torch raises it at the next synchronisation after the
+    kernel that faulted, wherever that is."""
+    while exc is not None:
+        if type(exc).__name__ == "AcceleratorError" or (
+            isinstance(exc, RuntimeError) and "CUDA error" in str(exc)
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

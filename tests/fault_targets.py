@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -160,6 +161,13 @@ def _crashes(target, batch, device) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _crashes_holding_a_temporary_file(target, batch, device) -> None:
+    """Ends its worker (SIGKILL) while a temporary file of its is open, as a
+    worker killed mid-write of Hypothesis's database would."""
+    tempfile.mkstemp(prefix="held-by-a-killed-worker-")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _harness_bug(target, batch, device) -> None:
     """A fault of the suite itself: a bare assertion of the harness."""
     assert batch.num_tokens < 0, "a harness assertion"
@@ -168,6 +176,8 @@ def _harness_bug(target, batch, device) -> None:
 FAULT_PROPERTIES = {
     "harness_bug": Property("harness_bug", small_batches, _harness_bug),
     "crashes_every_time": Property("crashes_every_time", small_batches, _crashes),
+    "crashes_holding_a_temporary_file": Property("crashes_holding_a_temporary_file",
+                                                 small_batches, _crashes_holding_a_temporary_file),
     "matches_reference": Property("matches_reference", small_batches, matches_reference),
     "loses_cases_dir": Property("loses_cases_dir", small_batches,
                                 _fails_after_removing_the_cases_dir),

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import c128a
+from c128a.options import DEVICE_ENV
 
 PACKAGE_ROOT = Path(c128a.__file__).resolve().parent.parent
 """The folder holding the c128a package the tests import: its children import the same."""
@@ -76,9 +77,11 @@ def cli_command(*args) -> list[str]:
 
 def child_environment(*folders: Path | str, **variables: str) -> dict[str, str]:
     """This environment for a child that imports this checkout's c128a (and
-    ``folders``' modules) and runs kernels under Triton's interpreter."""
+    ``folders``' modules) and runs kernels under Triton's interpreter, on the
+    CPU even where the session's ``$C128A_DEVICE`` names CUDA (which the
+    interpreter refuses)."""
     return {**os.environ, "PYTHONPATH": python_path(*folders), "TRITON_INTERPRET": "1",
-            **variables}
+            DEVICE_ENV: "cpu", **variables}
 
 
 def run_cli(*args, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -112,6 +115,22 @@ class CliProcess:
 
     def errors(self) -> str:
         return self.output()[1]
+
+    def wait_for_error(self, text: str, timeout: float) -> None:
+        """Until ``text`` is in its standard error; the test fails at once,
+        with its output, when it ends first, and past ``timeout``."""
+
+        def printed() -> bool:
+            status = self.process.poll()
+            if text in self.errors():
+                return True
+            if status is not None:
+                raise AssertionError(f"c128a {self.command} ended ({status}) before printing "
+                                     f"{text!r}: {self.output()}")
+            return False
+
+        wait_until(printed, timeout,
+                   lambda: f"c128a {self.command} has not printed {text!r}: {self.output()}")
 
     def wait(self, timeout: float) -> int:
         """Its exit status; past ``timeout`` its group is killed and the test fails."""
@@ -186,16 +205,17 @@ def ps(pids) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
+def wait_until(condition, timeout: float, what, interval: float = 0.1):
     """``condition()``'s first true value; an AssertionError naming ``what``
-    when none comes within ``timeout`` seconds."""
+    (a text, or a function giving it then) when none comes within
+    ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"after {timeout:g} s: {what}")
+    raise AssertionError(f"after {timeout:g} s: {what() if callable(what) else what}")
 
 
 def assert_all_ended(pids, timeout: float = 10.0, what: str = "processes still running") -> None:

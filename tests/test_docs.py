@@ -112,13 +112,6 @@ def generated_rows_and_columns() -> list[str]:
     return _rows_and_columns(killmatrix.markdown_table(matrix, expect_pass))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kill matrix predates the mutants of inputs as an engine hands them (15 rows "
-    "missing): regenerate it with c128a mutants --markdown --update-docs "
-    "docs/reference/kill-matrix.md, then remove this mark (strict: it fails once the table "
-    "is whole)",
-)
 def test_the_kill_matrix_has_a_row_for_each_mutant_and_a_column_for_each_property():
     page = _rows_and_columns(marked(KILL_MATRIX_PAGE, killmatrix.README_START,
                                     killmatrix.README_END))

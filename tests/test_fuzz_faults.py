@@ -239,6 +239,20 @@ def test_the_runs_temporary_folder_deleted_mid_run_is_made_again(fuzz_process):
     assert list(run.temporary.iterdir()) == []
 
 
+def test_a_killed_workers_temporary_files_go_with_the_run(fuzz_process):
+    """Each example ends its worker by SIGKILL while a temporary file of its
+    is open, as a worker killed mid-write of Hypothesis's database would:
+    the file is in the run's folder, and the run leaves nothing in $TMPDIR.
+    (Before: each killed worker left a ``tmp*`` file in $TMPDIR.)"""
+    run = fuzz_process("--max-examples", "3", "--workers", "1", "--no-stateful",
+                       "--only", "crashes_holding_a_temporary_file")
+    status = run.wait(120)
+    report = run.report()
+    assert report["error"] is None and report["totals"]["crashes"] >= 1, report
+    assert status == report["exit_status"] == 1, run.errors()
+    assert list(run.temporary.iterdir()) == []
+
+
 def test_sigkill_of_the_parent_ends_every_worker(fuzz_process):
     """A parent killed without warning takes its workers with it within seconds."""
     run = fuzz_process("--minutes", "2", "--workers", "2", "--only", "matches_reference",
@@ -1139,6 +1153,9 @@ target = SimpleNamespace(build_c128a_topk_metadata=oracle.build_c128a_topk_metad
 # enough for what comes before to be done on a loaded machine.
 
 
+NO_WORKER_READY = "no worker was ready before the run stopped"
+
+
 def _slow_import(tmp_path: Path, monkeypatch) -> tuple[str, str, float]:
     return (_module(tmp_path, monkeypatch, "slow_to_load", "import time\ntime.sleep(60)\n"
                     + ORACLE_TARGET), "the target was still loading when the deadline came", 0.05)
@@ -1152,7 +1169,7 @@ try:  # the first import (the run's loading of the target) is quick, the workers
     os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))
 except FileExistsError:
     time.sleep(60)
-""" + ORACLE_TARGET), "no worker was ready before the run stopped", 0.15
+""" + ORACLE_TARGET), NO_WORKER_READY, 0.15
 
 
 def _slow_first_example(tmp_path: Path, monkeypatch) -> tuple[str, str, float]:
@@ -1171,12 +1188,20 @@ def test_a_run_that_ran_no_example_is_not_clean_and_says_why(tmp_path, monkeypat
     (Before: 0 examples, `clean`, exit 0.)"""
     monkeypatch.setattr(supervisor, "STOP_GRACE_S", 1.0)
     spec, why, minutes = target(tmp_path, monkeypatch)
-    console_file = io.StringIO()
-    config = make_config(tmp_path, target=spec, max_examples=None, minutes=minutes,
-                         properties=FAULTS_SPEC, example_timeout=120.0)
-    started = time.monotonic()
-    report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
-    took = time.monotonic() - started
+    for _ in range(3):
+        console_file = io.StringIO()
+        config = make_config(tmp_path, target=spec, max_examples=None, minutes=minutes,
+                             properties=FAULTS_SPEC, example_timeout=120.0)
+        started = time.monotonic()
+        report = fuzz.run_fuzz(config, Console(file=console_file, width=200))
+        took = time.monotonic() - started
+        workers_late = report.get("nothing_checked", "").startswith(NO_WORKER_READY)
+        if target is not _slow_first_example or not workers_late:
+            break
+        # A loaded host (a GPU machine's 16 xdist workers) still had the
+        # workers starting at the deadline: this case needs it to come
+        # during the first example, so it runs again with twice the time.
+        minutes *= 2
     assert report["status"] == "nothing checked" and report["exit_status"] == 2, report
     assert report["totals"]["examples"] == 0
     assert why in report["nothing_checked"], report["nothing_checked"]

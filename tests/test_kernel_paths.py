@@ -18,19 +18,25 @@ from c128a import strategies
 from c128a.checks import check_step
 from c128a.targets import Target
 
-# name: launch_tiled keywords. None of these depends on the batch.
+# name: launch_tiled keywords. None of these depends on the batch. Row blocks
+# are pinned (single_rows_up_to=0) where a tiling names them: on a GPU a batch
+# of up to 4 tokens a multiprocessor would otherwise run single rows.
 TILINGS = {
-    "gpu tile": dict(tile=(4, 128, 1024), max_programs=None),
-    "gpu tile, two persistent programs": dict(tile=(4, 128, 1024), max_programs=2),
-    "one-token blocks, one program": dict(tile=(1, 128, 1024), max_programs=1),
-    "256-column runs from W = 256": dict(tile=(4, 128, 256), max_programs=3),
+    "gpu tile": dict(tile=(4, 128, 1024), max_programs=None, single_rows_up_to=0),
+    "gpu tile, two persistent programs": dict(tile=(4, 128, 1024), max_programs=2,
+                                              single_rows_up_to=0),
+    "one-token blocks, one program": dict(tile=(1, 128, 1024), max_programs=1,
+                                          single_rows_up_to=0),
+    "256-column runs from W = 256": dict(tile=(4, 128, 256), max_programs=3,
+                                         single_rows_up_to=0),
     # A small batch on a GPU: one row a program (every batch here, on the CPU too).
     "single rows": dict(tile=(4, 128, 1024), single_rows_up_to=1 << 20),
     "single rows, two persistent programs": dict(
         tile=(4, 128, 1024), single_rows_up_to=1 << 20, max_programs=2
     ),
     # The interpreter ignores the cap; on a GPU it is a different compile.
-    "gpu tile, 32 registers a thread": dict(tile=(4, 128, 1024), max_registers=32),
+    "gpu tile, 32 registers a thread": dict(tile=(4, 128, 1024), max_registers=32,
+                                            single_rows_up_to=0),
 }
 
 

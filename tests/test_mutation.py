@@ -63,6 +63,9 @@ def kernel(ptr, n, flag, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     mask = (offsets < n) & (offsets >= 0)
     values = tl.load(ptr + offsets, mask=mask, other=0)
+    shifted = tl.load(
+        ptr + offsets + 1, mask=mask, other=0,
+    )
     if flag:
         values = tl.minimum(values, -1)
     tl.store(ptr + offsets, tl.where(values == 0, 1, values), mask=mask)
@@ -95,6 +98,9 @@ def test_mutants_change_one_expression_of_a_kernel_each():
         ("constant", "-1 -> 0"),
         ("constant", "-1 -> -2"),
         ("mask", "mask -> None"),
+        # other= goes with the mask: Triton does not compile one without the other.
+        ("mask", "tl.load(ptr + offsets, mask=mask, other=0) -> tl.load(ptr + offsets)"),
+        ("mask", "tl.load(ptr + offsets + 1, mask=mask, other=0) -> tl.load(ptr + offsets + 1)"),
         ("mask", "(offsets < n) & (offsets >= 0) -> offsets < n"),
         ("mask", "tl.where(values == 0, 1, values) -> values"),
         ("condition", "flag -> not flag"),
@@ -109,6 +115,7 @@ def test_mutants_change_one_expression_of_a_kernel_each():
         assert mutant.source.count("\n") == KERNEL.count("\n")
         assert mutant.source.splitlines()[mutant.line - 1] != KERNEL.splitlines()[mutant.line - 1]
     assert len({m.id for m in mutants}) == len(mutants) == len({m.source for m in mutants})
+    assert not any("other=" in m.replacement and "mask" not in m.replacement for m in mutants)
 
 
 def test_an_edit_elsewhere_keeps_every_mutants_id():
@@ -256,8 +263,7 @@ def test_a_signal_stops_the_run_and_its_children(tiny_subject, cli_process, tmp_
     output = tmp_path / "report"
     process = cli_process("mutate", "--subject", SUBJECT, "--mutant", HANGS, "--timeout", "300",
                           "--max-examples", EXAMPLES, "--output", output, path=(TESTS,))
-    wait_until(lambda: "control tiny: every property passed" in process.errors(), 120,
-               "the control's line")
+    process.wait_for_error("control tiny: every property passed", 120)
     children = wait_until(lambda: descendants(process.pid), 30, "a child judging the mutant")
     process.process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 128 + signal.SIGTERM
@@ -265,3 +271,41 @@ def test_a_signal_stops_the_run_and_its_children(tiny_subject, cli_process, tmp_
     report = json.loads((output / "mutation-report.json").read_text())
     assert [m["status"] for m in report["mutants"]] == [NOT_RUN]
     assert "1 mutants did not run (interrupted by SIGTERM)" in report["problems"]
+
+
+def test_a_cuda_fault_of_a_mutant_is_its_crash(c128a_device):
+    """torch raises AcceleratorError at the next synchronisation after a
+    kernel faulted, with the context lost: for a mutant, a crash of its
+    kernel (the child exits, the parent counts it crashed), as a segfault is
+    on the CPU. The kill matrix's outcome says which errors are CUDA faults
+    (raised, or the cause of what was raised); other errors stay faults of
+    the suite."""
+    import torch
+
+    from c128a.checks import PROPERTIES, Property
+    from c128a.runners.killmatrix import ci_settings, run_property
+    from c128a.targets import load_target
+
+    def raising(exc):
+        def check(target, batch, device):
+            raise exc
+        return Property("raising", PROPERTIES["views"].strategy, check)
+
+    def wrapped(target, batch, device):
+        try:
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        except RuntimeError as exc:
+            raise HarnessError("the oracle's gather failed") from exc
+
+    target = load_target("reference")
+    faults = [
+        raising(torch.AcceleratorError("CUDA error: an illegal memory access was encountered")),
+        raising(RuntimeError("CUDA error: device-side assert triggered")),
+        Property("wrapped", PROPERTIES["views"].strategy, wrapped),
+    ]
+    others = [raising(HarnessError("the harness's own invariant broke")),
+              raising(AssertionError("expected no CUDA error"))]
+    for prop in faults + others:
+        outcome = run_property(prop, target, c128a_device, ci_settings(1))
+        assert outcome.errored and not outcome.killed, (prop.name, outcome)
+        assert outcome.cuda_fault == (prop in faults), (prop.name, outcome)

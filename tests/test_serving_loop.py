@@ -3,13 +3,16 @@ opt-in stale-sentinel check trips for a correct target.
 
 The machine on the selected target is :mod:`c128a.conformance.test_serving_loop`.
 Runs under the loaded Hypothesis profile (ci: derandomized, 25 runs of up
-to 50 steps). Every test here replays captured consumers, so every test is
-marked ``graph``.
+to 50 steps) without its shrink phase: what each test asserts is in the
+first failing run as well, and shrinking it was most of these tests' time.
+Every test here replays captured consumers, so every test is marked
+``graph``.
 """
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from c128a.failures import ReplayMismatch, StaleSentinelHazard
@@ -23,14 +26,16 @@ SPILL = "c128a.mutants:spill_past_width"
 
 
 def failing_run(machine) -> AssertionError:
-    """Run ``machine`` expecting a failure; return the shrunk failure."""
+    """Run ``machine`` expecting a failure; return the first one, unshrunk."""
+    unshrunk = settings(settings.default, phases=[p for p in settings.default.phases
+                                                  if p is not Phase.shrink])
     with pytest.raises(AssertionError) as failure:
-        run_state_machine_as_test(machine)
+        run_state_machine_as_test(machine, settings=unshrunk)
     return failure.value
 
 
 def steps_of(failure: BaseException) -> str:
-    """The shrunk example as Hypothesis printed it (the step list)."""
+    """The failing example as Hypothesis printed it (the step list)."""
     return "\n".join(getattr(failure, "__notes__", []))
 
 

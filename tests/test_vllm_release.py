@@ -288,6 +288,20 @@ def test_copied_extract_loads_without_wheel_or_registry(tmp_path, vllm_cache, of
     assert callable(load_target(f"vllm-release:{Path(copied).parent}").build_c128a_topk_metadata)
 
 
+def test_the_same_extract_in_two_caches_runs_each_from_its_own_file(tmp_path, vllm_cache,
+                                                                     monkeypatch):
+    """One text in two cache folders is two modules: the code of each names
+    its own file, so a damaged copy is the one found and rebuilt (a module
+    shared by content named the first folder's file from the second)."""
+    wheel = make_wheel(tmp_path / "w", "0.0.1", {SOURCE_PATH: STAND_IN})
+    first = load_target(f"vllm-release:{wheel}").build_c128a_topk_metadata
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "second-cache"))
+    second = load_target(f"vllm-release:{wheel}").build_c128a_topk_metadata
+    assert Path(first.__code__.co_filename).read_text() == Path(second.__code__.co_filename).read_text()
+    assert Path(second.__code__.co_filename) == (cache_folder("0.0.1") / EXTRACT_NAME).resolve()
+    assert first.__code__.co_filename != second.__code__.co_filename
+
+
 def test_extract_of_another_format_is_rebuilt_from_the_cached_wheel(tmp_path, vllm_cache,
                                                                     offline_pip):
     folder = cache_folder("0.0.1")

@@ -34,7 +34,7 @@ from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
 from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
 from ..strategies.budget import SizeBudget, size_budget
-from ..strategies.kernel_examples import KERNEL_EXAMPLES
+from ..strategies.explicit_examples import KERNEL_EXAMPLES, LAYOUT_EXAMPLES
 from ..strategies.shape_history import SHAPE_HISTORY_EXAMPLES, with_shape_history
 from ..strategies.reach import (
     COMPILE_KEY_REACH,
@@ -360,7 +360,8 @@ PROPERTIES: dict[str, Property] = {
                       "narrower than the longest list (clamps)",
                       "wider than the policy's, below C")}),
         _property("views", _views, views_steps, invariant=check_views),
-        _property("untouched_memory", _untouched_memory, invariant=check_untouched_memory),
+        _property("untouched_memory", _untouched_memory, invariant=check_untouched_memory,
+                  examples=tuple(LAYOUT_EXAMPLES.values())),
         _property("padding", _padding, invariant=check_padding),
         _property("idempotent", check_idempotent),
         _property("independent", check_independent),

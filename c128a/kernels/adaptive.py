@@ -281,10 +281,11 @@ def c128a_wide_rows_kernel(
 
 
 # (BLOCK_T, BLOCK_W, WIDE_W). The interpreter pays per program and per loop
-# step, not per element: wide tiles there. The GPU tile's code paths also run
-# under the interpreter in tests/test_kernel_paths.py.
+# step, not per element: tall tiles there, 256 columns wide so that a W of
+# 128 or an odd multiple of 128 still ends inside a tile. The GPU tile's code
+# paths also run under the interpreter in tests/test_kernel_paths.py.
 GPU_TILE = (4, 128, 1024)
-INTERPRETER_TILE = (32, 1024, 1024)
+INTERPRETER_TILE = (256, 256, 1024)
 INTERPRETING = interpreting(c128a_row_blocks_kernel)
 TILE = INTERPRETER_TILE if INTERPRETING else GPU_TILE
 # Warps of the row blocks and of the wide rows: the counts that ran fastest

@@ -542,10 +542,11 @@ def _jit_functions(module: ModuleType, names: list[str]) -> tuple:
 
 def import_extract(path: Path) -> ModuleType:
     """Import the extract at ``path`` as a module of its own (named after
-    its content's digest, so a rebuilt extract is a new module);
-    :class:`ExtractError` when it does not import."""
+    its path and content, so a rebuilt extract is a new module, and the same
+    text in another cache folder is another module whose code names its own
+    file); :class:`ExtractError` when it does not import."""
     path = Path(path).resolve()
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(str(path).encode() + b"\0" + path.read_bytes()).hexdigest()
     module_name = f"c128a_vllm_extract_{digest[:16]}"
     if module_name in sys.modules:
         return sys.modules[module_name]

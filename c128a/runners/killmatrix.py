@@ -24,7 +24,7 @@ from rich.table import Table
 
 from ..checks import PROPERTIES
 from ..checks.profiles import CI_PROFILE, register_profiles
-from ..failures import UsageError, is_kill
+from ..failures import UsageError, is_cuda_fault, is_kill
 from ..mutants import MUTANTS
 from ..targets import Target
 from . import readme
@@ -45,6 +45,7 @@ class Outcome:
     message: str = ""
     errored: bool = False  # failed without a contract violation: not a kill
     unsupported: bool = False  # the property cannot be checked on this target
+    cuda_fault: bool = False  # errored with a CUDA fault (failures.is_cuda_fault)
 
     def cell(self) -> str:
         if self.killed:
@@ -94,7 +95,8 @@ def run_property(prop, target, device, run_settings) -> Outcome:
         message = f"{type(exc).__name__}: {first_line}"
         if is_kill(exc):
             return Outcome(True, seconds, state["examples"], message)
-        return Outcome(False, seconds, state["examples"], message, errored=True)
+        return Outcome(False, seconds, state["examples"], message, errored=True,
+                       cuda_fault=is_cuda_fault(exc))
     return Outcome(False, time.perf_counter() - start, state["examples"])
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..contract import COMPRESS_RATIO, target_capacity, target_width
-from ..step import Batch, PaddingToken, StepRequest, assemble_batch
+from ..contract import BLOCK_SIZE, COMPRESS_RATIO, target_capacity, target_width
+from ..step import Batch, BufferLayout, PaddingToken, StepRequest, assemble_batch
 from .engine import pages_for
 
 
@@ -20,6 +20,8 @@ def engine_batch(
     buffer_rows: int | None = None,
     prefill_extra_columns: int = 0,
     width: int | None = None,
+    block_size: int = BLOCK_SIZE,
+    buffer_layout: BufferLayout = BufferLayout(),
     target=None,
     labels: tuple[str, ...] = (),
 ) -> Batch:
@@ -31,8 +33,9 @@ def engine_batch(
     (or take ``padding_position``, a stale ``(position, request)``) with
     ``padding_slot`` (decode tokens when there is no prefill);
     ``inside_padding`` gives real tokens that slot. The prefill buffer is ``prefill_extra_columns``
-    wider than the decode buffer. Page numbers are unique and in reverse order,
-    one spare junk column per row. The capacity and width come from
+    wider than the decode buffer. Page numbers (of ``block_size`` entries) are
+    unique and in reverse order, one spare junk column per row; the buffers
+    sit as ``buffer_layout`` places them. The capacity and width come from
     ``target``'s policy (the project's when None) unless ``width`` is given.
     """
     capacity = target_capacity(target, max_model_len, COMPRESS_RATIO)
@@ -43,7 +46,7 @@ def engine_batch(
     real = sum(q for _, q in [*decode, *prefill])
     last = (requests[-1].positions[-1], len(requests) - 1) if requests else (0, 0)
     padding = [PaddingToken(*(padding_position or last), padding_slot)] * tail_padding
-    needs = [pages_for(s) for s, _ in decode]
+    needs = [pages_for(s, block_size) for s, _ in decode]
     total, first = sum(needs), 0
     columns = max(needs, default=0) + 1
     table = []
@@ -62,6 +65,8 @@ def engine_batch(
         padded_tokens={t: padding_slot for t in inside_padding},
         block_table_row_stride=table_row_stride,
         prefill_extra_columns=prefill_extra_columns,
+        block_size=block_size,
+        buffer_layout=buffer_layout,
         labels=labels,
     )
 

@@ -35,9 +35,65 @@ class Dimension:
     buckets: tuple[str, ...]
     bucket_of: Callable[[Batch], str | None]
 
+    def __post_init__(self) -> None:
+        # Each example's buckets are asked for several times (its events, its
+        # pair cells, the reach counts): the last step's answer is kept.
+        compute, last = self.bucket_of, [None, None]
+
+        def bucket_of(batch: Batch) -> str | None:
+            if last[0] is not batch:
+                last[:] = [batch, compute(batch)]
+            return last[1]
+
+        object.__setattr__(self, "bucket_of", bucket_of)
+
     def label(self, bucket: str) -> str:
         """The ``event()`` text of one bucket: ``"dimension: bucket"``."""
         return f"{self.name}{SEPARATOR}{bucket}"
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """A step's T tokens as arrays, made once for all of its dimensions: an
+    engine-scale step has thousands of tokens, and every example reports its
+    buckets."""
+
+    positions: np.ndarray
+    slots: np.ndarray
+    requests: np.ndarray
+    real: np.ndarray  # a slot >= 0
+    padded: np.ndarray  # indices of the tokens with a negative slot
+    request_ids: np.ndarray  # the distinct request indices, sorted
+    request_of: np.ndarray  # each token's place in request_ids (any index, even a bad one)
+
+    @classmethod
+    def of(cls, batch: Batch) -> "_Tokens":
+        if _last_tokens[0] is not batch:
+            t = batch.num_tokens
+            slots = np.asarray(batch.slot_mapping[:t], dtype=np.int64)
+            requests = np.asarray(batch.token_to_req_indices[:t], dtype=np.int64)
+            real = slots >= 0
+            _last_tokens[:] = [batch, cls(
+                np.asarray(batch.positions[:t], dtype=np.int64), slots, requests, real,
+                np.flatnonzero(~real), *np.unique(requests, return_inverse=True),
+            )]
+        return _last_tokens[1]
+
+    def per_request(self, values: np.ndarray, reduce: np.ufunc,
+                    mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(``reduce`` (np.minimum or np.maximum) of ``values[mask]`` for each
+        request, whether the request has such a token), both indexed as
+        :attr:`request_ids`."""
+        size = self.request_ids.size
+        limits = np.iinfo(np.int64)
+        out = np.full(size, limits.max if reduce is np.minimum else limits.min, dtype=np.int64)
+        reduce.at(out, self.request_of[mask], values[mask])
+        present = np.zeros(size, dtype=bool)
+        present[self.request_of[mask]] = True
+        return out, present
+
+
+_last_tokens: list = [None, None]  # (the batch, its _Tokens): every dimension reads the same step
 
 
 def _cut(value: int, edges: tuple[tuple[int, str], ...]) -> str:
@@ -88,49 +144,41 @@ def _speculative(batch: Batch) -> str | None:
     d = batch.num_decode_tokens
     if d == 0:
         return None
-    real = [r for r, s in zip(batch.token_to_req_indices[:d], batch.slot_mapping) if s >= 0]
-    return "2-8 tokens a request" if len(real) > len(set(real)) else "1 token a request"
-
-
-def _padding_tokens(batch: Batch) -> list[int]:
-    return [t for t in range(batch.num_tokens) if batch.slot_mapping[t] < 0]
+    tokens = _Tokens.of(batch)
+    real = tokens.requests[:d][tokens.real[:d]]
+    return "2-8 tokens a request" if real.size > np.unique(real).size else "1 token a request"
 
 
 def _padding(batch: Batch) -> str | None:
     """Tail padding is a run of padding tokens at the end; inside, any before a real token."""
     if batch.num_tokens == 0:
         return None
-    padded = _padding_tokens(batch)
-    tail = bool(padded) and padded[-1] == batch.num_tokens - 1
-    inside = bool(padded) and any(
-        batch.slot_mapping[t] >= 0 for t in range(padded[0] + 1, batch.num_tokens)
-    )
+    tokens = _Tokens.of(batch)
+    padded = tokens.padded
+    tail = bool(padded.size) and padded[-1] == batch.num_tokens - 1
+    inside = bool(padded.size) and bool(tokens.real[padded[0] + 1:].any())
     return {(False, False): "none", (True, False): "tail", (False, True): "inside",
             (True, True): "tail and inside"}[tail, inside]
 
 
 def _padding_slot(batch: Batch) -> str | None:
-    slots = [batch.slot_mapping[t] for t in _padding_tokens(batch)]
-    if not slots:
+    tokens = _Tokens.of(batch)
+    if not tokens.padded.size:
         return None
-    return "below -1" if min(slots) < -1 else "-1"
+    return "below -1" if tokens.slots[tokens.padded].min() < -1 else "-1"
 
 
 def _padding_position(batch: Batch) -> str | None:
     """A padding token past every real token of its request holds a stale,
     larger position (a longer request of an earlier step left it)."""
-    padded = _padding_tokens(batch)
-    if not padded:
+    tokens = _Tokens.of(batch)
+    padded = tokens.padded
+    if not padded.size:
         return None
-    longest: dict[int, int] = {}
-    for t in range(batch.num_tokens):
-        if batch.slot_mapping[t] >= 0:
-            request = batch.token_to_req_indices[t]
-            longest[request] = max(longest.get(request, -1), batch.positions[t])
-    past = any(
-        batch.positions[t] > longest.get(batch.token_to_req_indices[t], batch.positions[t])
-        for t in padded
-    )
+    longest, present = tokens.per_request(tokens.positions, np.maximum, tokens.real)
+    requests = tokens.request_of[padded]
+    # A request without a real token has no longest position: never past it.
+    past = bool((present[requests] & (tokens.positions[padded] > longest[requests])).any())
     return "stale, past its request" if past else "within its request"
 
 
@@ -321,13 +369,13 @@ def _slot_ids(batch: Batch) -> str | None:
     past it (``slot_mapping`` is int64: a large KV cache). Constraints: none
     where no token has a slot (T = 0, or every token a padding token);
     "2^31 and above" needs a real token, so not beside "tokens T: 0"."""
-    t = batch.num_tokens
-    real = [(s, p) for s, p in zip(batch.slot_mapping[:t], batch.positions) if s >= 0]
-    if not real:
+    tokens = _Tokens.of(batch)
+    slots, positions = tokens.slots[tokens.real], tokens.positions[tokens.real]
+    if not slots.size:
         return None
-    if any(s >= INT32_LIMIT for s, _ in real):
+    if (slots >= INT32_LIMIT).any():
         return "a page's slot, 2^31 and above"
-    if any(s != p for s, p in real):
+    if (slots != positions).any():
         return "a page's slot, below 2^31"
     return "the token's position"
 
@@ -335,12 +383,13 @@ def _slot_ids(batch: Batch) -> str | None:
 def pages_read(batch: Batch) -> dict[int, int]:
     """Block-table row -> how many of its leading pages the step's decode
     tokens read at its width (ceil(n(t) / B) of the row's longest token)."""
-    reads: dict[int, int] = {}
-    for t in range(batch.num_decode_tokens):
-        n = min((batch.positions[t] + 1) // batch.compress_ratio, batch.width)
-        row = batch.token_to_req_indices[t]
-        reads[row] = max(reads.get(row, 0), -(-n // batch.block_size))
-    return reads
+    tokens, d = _Tokens.of(batch), batch.num_decode_tokens
+    lengths = np.minimum((tokens.positions[:d] + 1) // batch.compress_ratio, batch.width)
+    pages = -(-lengths // batch.block_size)
+    decode = np.arange(tokens.requests.size) < d
+    most, _ = tokens.per_request(np.pad(pages, (0, tokens.requests.size - d)), np.maximum, decode)
+    rows = np.unique(tokens.request_of[:d])
+    return {int(tokens.request_ids[row]): max(int(most[row]), 0) for row in rows}
 
 
 def _shared_pages(batch: Batch) -> str | None:
@@ -383,14 +432,11 @@ def _first_position(batch: Batch) -> str | None:
     max_model_len > 2^20, so C = ceil(L / R) rounded up needs R >= 64 for a
     capacity the strategies afford (16,384 columns): not beside "compress
     ratio R: 1" nor "capacity past 8,192: up to 8,192" at R <= 128."""
-    first: dict[int, int] = {}
-    for t in range(batch.num_tokens):
-        if batch.slot_mapping[t] >= 0:
-            request = batch.token_to_req_indices[t]
-            first[request] = min(first.get(request, batch.positions[t]), batch.positions[t])
-    if not first:
+    tokens = _Tokens.of(batch)
+    if not tokens.real.any():
         return None
-    latest = max(first.values())
+    first, present = tokens.per_request(tokens.positions, np.minimum, tokens.real)
+    latest = int(first[present].max())
     if latest == 0:
         return "0 (every request from its start)"
     return "1-1,048,575" if latest < FAR_POSITION else "1,048,576 and more"

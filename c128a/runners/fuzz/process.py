@@ -19,6 +19,7 @@ import ctypes
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -147,6 +148,10 @@ def worker_main(
     ``skip_historical``: the historical steps already saved as crash or hang
     cases (:func:`~.inflight.step_key`), which this worker does not run."""
     take_over_the_process(parent, environ)
+    # A worker killed mid-write (Hypothesis's database writes a temporary file,
+    # then renames it) leaves its temporary files in the run's folder, which
+    # the supervisor removes, not in $TMPDIR.
+    tempfile.tempdir = os.path.dirname(inflight)
     try:
         if gpu is not None:
             pin_to_gpu(gpu)

@@ -1,5 +1,7 @@
 """The run's temporary folder (``$TMPDIR/c128a-fuzz-PID-*``): the workers'
-in-flight files.
+in-flight files, and the workers' own temporary files (their
+``tempfile.tempdir``), so that what a killed worker was writing goes with
+the folder.
 
 The supervisor removes it at the run's end. A supervisor killed outright
 (SIGKILL, the out-of-memory killer) cannot: its workers die with it (they

@@ -51,7 +51,7 @@ from ... import phases
 from ...cases import SERVING_LOOP, Case
 from ...checked import load_machine, load_properties
 from ...checks import profiles
-from ...failures import HarnessError, failure_text, is_kill
+from ...failures import HarnessError, failure_text, is_cuda_fault, is_kill
 from ...files import atomic_write_json
 from ...gpu.pinning import share_cores
 from ...hypothesis_private import drawn_seconds
@@ -70,18 +70,6 @@ TERMINATED = threading.Event()
 RUN_STOP_WAIT_S = 2.0
 """How long a worker stopped by SIGTERM waits for the run's stop: a SIGTERM to
 the process group reaches the parent too, which sets the stop at once."""
-
-
-def is_cuda_fault(exc: BaseException | None) -> bool:
-    """A CUDA error (illegal address, launch failure), here or as the cause of
-    a wrapped failure: the context is unusable after it."""
-    while exc is not None:
-        if type(exc).__name__ == "AcceleratorError" or (
-            isinstance(exc, RuntimeError) and "CUDA error" in str(exc)
-        ):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def open_database(spec: str | None):

@@ -29,6 +29,10 @@ from pathlib import Path
 from ...failures import failure_text
 
 LOAD_FAILED = "the mutant module could not be loaded"
+DEVICE_FAULT_EXIT = 3
+"""The exit status of a child whose mutant faulted on the GPU: for a mutant a
+CUDA fault (:func:`~c128a.failures.is_cuda_fault`) is a crash of its kernel,
+as a segfault is on the CPU, not a fault of the suite."""
 
 
 def child_main(conn, environ: dict, parent_pid: int, subject_spec: str, mutant_id: str | None,
@@ -90,6 +94,11 @@ def _judge(conn, subject_spec, mutant_id, source_path, device, max_examples, thr
                 continue
             status = ("killed" if outcome.killed else "n/a" if outcome.unsupported
                       else "error" if outcome.errored else "survived")
+            if outcome.cuda_fault and not control:
+                # The context is gone: end as a crash, with why on the log's last line.
+                print(f"the mutant's kernel faulted on the device during {name} on "
+                      f"{run.label}: {outcome.message}", file=sys.stderr, flush=True)
+                os._exit(DEVICE_FAULT_EXIT)
             conn.send(("end", run.label, name, status, time.perf_counter() - started,
                        outcome.message))
             if outcome.killed and not control:

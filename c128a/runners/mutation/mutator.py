@@ -18,7 +18,8 @@ run of the suite):
   and negated (``<`` to ``>=``); ``==``/``!=`` negated;
 - ``constant``: an integer or float literal n to n + 1 and n - 1 (a negative
   literal such as ``-1`` counts as one), ``True``/``False`` swapped;
-- ``mask``: a load's or store's ``mask=`` dropped (``mask=None``), one side
+- ``mask``: a load's or store's ``mask=`` dropped (``mask=None``; a load's
+  ``other=`` with it, which Triton refuses without a mask), one side
   of an ``&`` dropped in a mask, in a ``where`` condition or in what the
   kernel assigns to a name one of them reads (``is_decode = is_token &
   ...``), a ``where`` replaced by either of its values (its condition always
@@ -143,7 +144,11 @@ def mutants_of(
             start = offsets[node.lineno - 1] + _char_column(lines, node.lineno, node.col_offset)
             end = offsets[node.end_lineno - 1] + _char_column(lines, node.end_lineno,
                                                               node.end_col_offset)
-            mutated = source[:start] + (text if edit.statement else f"({text})") + source[end:]
+            # A change spanning several lines keeps them (inside its brackets),
+            # so every later line, and Triton's view of it, keeps its number.
+            kept_lines = "\n" * (node.end_lineno - node.lineno)
+            mutated = (source[:start] + (text if edit.statement else f"({text}{kept_lines})")
+                       + source[end:])
             if mutated in seen:
                 continue
             seen.add(mutated)
@@ -350,8 +355,17 @@ def _conjuncts_in(node: ast.AST):
 
 def _mask_edits(node: ast.AST, masks: set[int]) -> list[_Edit]:
     edits = []
-    if isinstance(node, ast.keyword) and node.arg == "mask":
-        edits.append(_Edit(node.value, "mask", ast.Constant(None)))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MASKED_CALLS):
+        keywords = {keyword.arg: keyword for keyword in node.keywords}
+        if "mask" in keywords and "other" in keywords:
+            # Triton refuses other= without a mask (a compile error, not a
+            # mutant): the load loses both.
+            unmasked = ast.Call(node.func, node.args, [k for k in node.keywords
+                                                       if k.arg not in ("mask", "other")])
+            edits.append(_Edit(node, "mask", unmasked))
+        elif "mask" in keywords:
+            edits.append(_Edit(keywords["mask"].value, "mask", ast.Constant(None)))
     if id(node) in masks:
         for conjunct in _conjuncts_in(node):
             edits.append(_Edit(conjunct, "mask", conjunct.left))

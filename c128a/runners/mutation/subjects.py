@@ -24,8 +24,8 @@ properties it does:
   key is its arguments' specialisation and options, not the kernel's body);
 - the GPU's launch configurations, under the interpreter too
   (``tests/test_kernel_paths.py`` runs the same): on the CPU the kernel
-  runs with the interpreter's tile (one 1,024-column tile, one program a
-  32-token block), so the GPU tile's 128-column loop, its persistent
+  runs with the interpreter's tile (256-column tiles, one program a
+  256-token block), so the GPU tile's 128-column loop, its persistent
   grid-stride loop, single rows and short wide runs only run here;
   ``matches_oracle`` each, whose check is every one-build invariant;
 - ``triton-inert``: the same kernel with the ``inert`` flag, which changes
@@ -131,14 +131,21 @@ def _tiled_target(module: ModuleType, spec: str, **tiling):
 
 
 TILINGS = {
-    "gpu tile, two persistent programs": dict(tile=(4, 128, 1024), max_programs=2),
+    "gpu tile, two persistent programs": dict(
+        tile=(4, 128, 1024), single_rows_up_to=0, max_programs=2
+    ),
     "single rows, two persistent programs": dict(
         tile=(4, 128, 1024), single_rows_up_to=1 << 20, max_programs=2
     ),
-    "256-column wide runs, three programs": dict(tile=(4, 128, 256), max_programs=3),
+    "256-column tiles and wide runs, three programs": dict(tile=(4, 256, 256), max_programs=3),
 }
 """The GPU's launch configurations a CPU run reaches only by asking
-(as in ``tests/test_kernel_paths.py``)."""
+(as in ``tests/test_kernel_paths.py``), each pinned on every device: the
+GPU tile's row blocks never give way to single rows (on a GPU they would
+up to 4 tokens a multiprocessor, and the blocks' grid-stride loop would
+run only past that), and one tile is wider than W = 128 (the GPU's
+128-column tile divides every W, so a tile's columns past W, which the
+interpreter's 256-column tile has, would be met nowhere on a GPU)."""
 
 KERNEL_SUBJECTS = {
     "adaptive": Subject(
