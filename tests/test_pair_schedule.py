@@ -26,6 +26,9 @@ DRAWS = settings(max_examples=20, derandomize=True, database=None, phases=[Phase
 
 
 def _drawn(strategy, draws=DRAWS) -> list:
+    """The steps ``draws`` gives, less Hypothesis's first: the simplest
+    example, all zeros, which no row steers (so that shrinking ends at the
+    unsteered simplest step)."""
     seen = []
 
     @draws
@@ -34,7 +37,7 @@ def _drawn(strategy, draws=DRAWS) -> list:
         seen.append(batch)
 
     draw()
-    return seen
+    return seen[1:]
 
 
 @pytest.mark.parametrize("budget", [CPU_BUDGET, GPU_BUDGET], ids=["cpu", "cuda"])
@@ -197,7 +200,7 @@ def _realised(monkeypatch, strategy, rows, draws: int) -> dict[str, list[int]]:
     tally: dict[str, list[int]] = {}
     for row in rows:
         monkeypatch.setattr(engine, "schedule_row", lambda *row_of, row=row: row)
-        for batch in _drawn(strategy, settings(DRAWS, max_examples=draws)):
+        for batch in _drawn(strategy, settings(DRAWS, max_examples=draws + 1)):
             buckets = model_buckets(batch, {})
             for dimension, bucket in row.wants:
                 counts = tally.setdefault(dimension, [0, 0])

@@ -1029,22 +1029,29 @@ def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: i
         # Prefill requests enough for what the steered decode requests leave.
         left = scale.tokens - high_d * MAX_QUERY_TOKENS_PER_DECODE
         low_p = min(max(low_p, -(-max(left, 0) // model_len)), high_p)
-    decode_count = _kept_or_between(layout.uint(2), (min_decode, max_decode), (low_d, high_d))
+    decode_count = _kept_or_between(layout.uint(2), (min_decode, max_decode), (low_d, high_d),
+                                    zero_kept=not scale.engine)
     wanted = steer.get("requests")
     if wanted is not None:
         # Prefill requests enough for the row's request count beside the decode ones.
         least = INTERVALS["requests"][wanted][0] - decode_count
         low_p = min(max(low_p, least), high_p)
-    prefill_count = _kept_or_between(layout.uint(2), (min_prefill, max_prefill), (low_p, high_p))
+    prefill_count = _kept_or_between(layout.uint(2), (min_prefill, max_prefill), (low_p, high_p),
+                                     zero_kept=not scale.engine)
     return decode_count, prefill_count, low_p, decode_tokens
 
 
-def _kept_or_between(value: int, drawn: tuple[int, int], steered: tuple[int, int]) -> int:
+def _kept_or_between(value: int, drawn: tuple[int, int], steered: tuple[int, int],
+                     zero_kept: bool = False) -> int:
     """The count ``value`` gives in the ``drawn`` range (as without a
     steer), kept when it lies in the ``steered`` one, else the count it
-    gives there: a steer moves a count only when it must."""
+    gives there: a steer moves a count only when it must. With
+    ``zero_kept`` (a small step), a zero ``value`` is never moved: the
+    steered reading of zero bytes is the unsteered one, so that shrinking
+    can drop the steer (a steered step of zero bytes would be a smaller
+    failing step than any unsteered one, and shrinking would end there)."""
     count = drawn[0] + value % (drawn[1] - drawn[0] + 1)
-    if steered[0] <= count <= steered[1]:
+    if (zero_kept and value == 0) or steered[0] <= count <= steered[1]:
         return count
     return steered[0] + value % (steered[1] - steered[0] + 1)
 
