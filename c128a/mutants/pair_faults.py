@@ -69,7 +69,7 @@ def _build_ratio_rounded_past_2_19(args: BuildArgs) -> Views:
     "column 16",
     "requests x block-table width",
     ("matches_oracle",),
-    examples=75,  # measured: the ci profile's draws beside the covering array over every pair
+    examples=200,  # measured: the ci profile's draws beside the covering array over every pair
 )
 def _build_lone_request_table_in_16_columns(args: BuildArgs) -> Views:
     validated(args)
