@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,21 @@ from ..contract import WIDTH_ALIGNMENT, capacity_width, policy
 from ..step import Batch, PermutedBlockTable
 
 SEPARATOR = ": "
+Answer = TypeVar("Answer")
+
+
+def kept_for_the_last_step(compute: Callable[[Batch], Answer]) -> Callable[[Batch], Answer]:
+    """``compute``, its answer kept for the last step it was asked about: a
+    step's dimensions are all asked about it before the next step is drawn.
+    The step is held, so its identity cannot be reused."""
+    last: list = [None, None]
+
+    def of(batch: Batch) -> Answer:
+        if last[0] is not batch:
+            last[:] = [batch, compute(batch)]
+        return last[1]
+
+    return of
 
 
 @dataclass(frozen=True)
@@ -37,15 +52,8 @@ class Dimension:
 
     def __post_init__(self) -> None:
         # Each example's buckets are asked for several times (its events, its
-        # pair cells, the reach counts): the last step's answer is kept.
-        compute, last = self.bucket_of, [None, None]
-
-        def bucket_of(batch: Batch) -> str | None:
-            if last[0] is not batch:
-                last[:] = [batch, compute(batch)]
-            return last[1]
-
-        object.__setattr__(self, "bucket_of", bucket_of)
+        # pair cells, the reach counts).
+        object.__setattr__(self, "bucket_of", kept_for_the_last_step(self.bucket_of))
 
     def label(self, bucket: str) -> str:
         """The ``event()`` text of one bucket: ``"dimension: bucket"``."""
@@ -68,16 +76,14 @@ class _Tokens:
 
     @classmethod
     def of(cls, batch: Batch) -> "_Tokens":
-        if _last_tokens[0] is not batch:
-            t = batch.num_tokens
-            slots = np.asarray(batch.slot_mapping[:t], dtype=np.int64)
-            requests = np.asarray(batch.token_to_req_indices[:t], dtype=np.int64)
-            real = slots >= 0
-            _last_tokens[:] = [batch, cls(
-                np.asarray(batch.positions[:t], dtype=np.int64), slots, requests, real,
-                np.flatnonzero(~real), *np.unique(requests, return_inverse=True),
-            )]
-        return _last_tokens[1]
+        t = batch.num_tokens
+        slots = np.asarray(batch.slot_mapping[:t], dtype=np.int64)
+        requests = np.asarray(batch.token_to_req_indices[:t], dtype=np.int64)
+        real = slots >= 0
+        return cls(
+            np.asarray(batch.positions[:t], dtype=np.int64), slots, requests, real,
+            np.flatnonzero(~real), *np.unique(requests, return_inverse=True),
+        )
 
     def per_request(self, values: np.ndarray, reduce: np.ufunc,
                     mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +99,7 @@ class _Tokens:
         return out, present
 
 
-_last_tokens: list = [None, None]  # (the batch, its _Tokens): every dimension reads the same step
+_tokens_of = kept_for_the_last_step(_Tokens.of)  # every dimension reads the same step
 
 
 def _cut(value: int, edges: tuple[tuple[int, str], ...]) -> str:
@@ -144,7 +150,7 @@ def _speculative(batch: Batch) -> str | None:
     d = batch.num_decode_tokens
     if d == 0:
         return None
-    tokens = _Tokens.of(batch)
+    tokens = _tokens_of(batch)
     real = tokens.requests[:d][tokens.real[:d]]
     return "2-8 tokens a request" if real.size > np.unique(real).size else "1 token a request"
 
@@ -153,7 +159,7 @@ def _padding(batch: Batch) -> str | None:
     """Tail padding is a run of padding tokens at the end; inside, any before a real token."""
     if batch.num_tokens == 0:
         return None
-    tokens = _Tokens.of(batch)
+    tokens = _tokens_of(batch)
     padded = tokens.padded
     tail = bool(padded.size) and padded[-1] == batch.num_tokens - 1
     inside = bool(padded.size) and bool(tokens.real[padded[0] + 1:].any())
@@ -162,7 +168,7 @@ def _padding(batch: Batch) -> str | None:
 
 
 def _padding_slot(batch: Batch) -> str | None:
-    tokens = _Tokens.of(batch)
+    tokens = _tokens_of(batch)
     if not tokens.padded.size:
         return None
     return "below -1" if tokens.slots[tokens.padded].min() < -1 else "-1"
@@ -171,7 +177,7 @@ def _padding_slot(batch: Batch) -> str | None:
 def _padding_position(batch: Batch) -> str | None:
     """A padding token past every real token of its request holds a stale,
     larger position (a longer request of an earlier step left it)."""
-    tokens = _Tokens.of(batch)
+    tokens = _tokens_of(batch)
     padded = tokens.padded
     if not padded.size:
         return None
@@ -369,7 +375,7 @@ def _slot_ids(batch: Batch) -> str | None:
     past it (``slot_mapping`` is int64: a large KV cache). Constraints: none
     where no token has a slot (T = 0, or every token a padding token);
     "2^31 and above" needs a real token, so not beside "tokens T: 0"."""
-    tokens = _Tokens.of(batch)
+    tokens = _tokens_of(batch)
     slots, positions = tokens.slots[tokens.real], tokens.positions[tokens.real]
     if not slots.size:
         return None
@@ -383,7 +389,7 @@ def _slot_ids(batch: Batch) -> str | None:
 def pages_read(batch: Batch) -> dict[int, int]:
     """Block-table row -> how many of its leading pages the step's decode
     tokens read at its width (ceil(n(t) / B) of the row's longest token)."""
-    tokens, d = _Tokens.of(batch), batch.num_decode_tokens
+    tokens, d = _tokens_of(batch), batch.num_decode_tokens
     lengths = np.minimum((tokens.positions[:d] + 1) // batch.compress_ratio, batch.width)
     pages = -(-lengths // batch.block_size)
     decode = np.arange(tokens.requests.size) < d
@@ -432,7 +438,7 @@ def _first_position(batch: Batch) -> str | None:
     max_model_len > 2^20, so C = ceil(L / R) rounded up needs R >= 64 for a
     capacity the strategies afford (16,384 columns): not beside "compress
     ratio R: 1" nor "capacity past 8,192: up to 8,192" at R <= 128."""
-    tokens = _Tokens.of(batch)
+    tokens = _tokens_of(batch)
     if not tokens.real.any():
         return None
     first, present = tokens.per_request(tokens.positions, np.minimum, tokens.real)
