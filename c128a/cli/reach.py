@@ -2,11 +2,14 @@
 
 Draws each property's steps (nothing is built, no device is used) under each
 device's size budget and lists every bucket of every dimension, and every
-allowed cell of every pair of dimensions (:mod:`c128a.strategies.pairs`), a
-property should reach and did not. Exit status 1 when one is missing, 2 for
-a usage error. ``--markdown`` prints the reach tables (the ci profile's
-draws), ``--update-docs PAGE`` writes them between their markers
-(``docs/reference/reach-tables.md``; ``--update-readme`` is an alias).
+allowed cell of every pair of dimensions and every declared triple
+(:mod:`c128a.strategies.pairs`), a property should reach and did not. Exit
+status 1 when one is missing, 2 for a usage error. ``--markdown`` prints
+the reach tables (the ci profile's draws), ``--update-docs PAGE`` writes
+them between their markers (``docs/reference/reach-tables.md``;
+``--update-readme`` is an alias); ``--ci`` lists the allowed cells the ci
+profile's draws (a CI run's) never reach, ``--left-out`` every cell the
+contract forbids or a budget keeps out, with the reasons.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from ..runners.reach import (
     README_PAIRS_START,
     README_START,
     REACH_EXAMPLES,
+    cell_text,
+    ci_profile_reach,
+    coverage,
+    left_out_lines,
     markdown_pairs,
     markdown_reach,
     missing_pairs_text,
@@ -54,6 +61,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="PAGE", help="replace the text between the reach markers in this docs page "
         "(docs/reference/reach-tables.md)",
     )
+    parser.add_argument("--ci", action="store_true",
+                        help="list the allowed cells the ci profile's draws never reach")
+    parser.add_argument("--left-out", action="store_true",
+                        help="list every cell left out, forbidden by the contract or beyond a "
+                        "size budget, with the reasons")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +84,15 @@ def run(args: argparse.Namespace) -> int:
         check_readme(args.update_docs, README_START, README_END, README_TABLE)
         check_readme(args.update_docs, README_PAIRS_START, README_PAIRS_END, README_PAIRS_TABLE)
     properties = {name: PROPERTIES[name] for name in args.property or PROPERTIES}
+    if args.left_out:
+        for device in BUDGET_DEVICES:
+            print("\n".join(left_out_lines(device)))
+    if args.ci:
+        for device in BUDGET_DEVICES:
+            got, allowed, missed = coverage(ci_profile_reach(properties, device), device)
+            print(f"the ci profile's draws reach {got:,} of {allowed:,} allowed cells "
+                  f"({device} budget); never drawn:")
+            print("\n".join(f"  {cell_text(name, cell)}" for name, cell in missed))
     if args.markdown or args.update_docs is not None:
         table, pairs = markdown_reach(properties), markdown_pairs(properties)
         if args.markdown:
@@ -93,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(missing_pairs_text(missing_pairs, draws))
     if missing or missing_pairs:
         return EXIT_FAILED
-    print(f"c128a reach: every property reached every bucket and every allowed pair cell "
+    print(f"c128a reach: every property reached every bucket and every allowed cell "
           f"that applies to it in {args.examples} draws under the "
           f"{' and '.join(BUDGET_DEVICES)} budgets")
     return EXIT_OK

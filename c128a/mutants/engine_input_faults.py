@@ -102,7 +102,7 @@ def _aligned_down(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset() - short)
 
 
-def _assumes_aligned(name: str):
+def _assumes_aligned(name: str, examples: int):
     def build(args: BuildArgs) -> Views:
         validated(args)
         early = _aligned_down(getattr(args, name))
@@ -122,14 +122,15 @@ def _assumes_aligned(name: str):
         "aligned slice, a few elements early for a slice off a 16-byte boundary",
         ENGINE_INPUTS,
         ("matches_oracle",),
-        # The ci profile's draws since inputs are drawn as an engine hands
-        # them: an int32 input's unaligned slice is rarer early on.
-        examples=25,
+        # The ci profile's draws beside the covering array over every
+        # pair (measured): an int32 input's unaligned slice is rarer early on.
+        examples=examples,
     )(build)
 
 
-for _name in ("positions", "token_to_req_indices", "slot_mapping", "block_table"):
-    _assumes_aligned(_name)
+for _name, _examples in (("positions", 25), ("token_to_req_indices", 150),
+                         ("slot_mapping", 25), ("block_table", 25)):
+    _assumes_aligned(_name, _examples)
 
 
 # ---------------------------------------------------------------- the values an engine hands over
@@ -193,6 +194,7 @@ FIELD_BITS = 20
     "request: right below position 2^20 (the engine's 1M context), wrong past it",
     ENGINE_INPUTS,
     ("matches_oracle",),
+    examples=25,  # measured: the ci profile's draws beside the covering array over every pair
 )
 def _build_first_position_in_20_bits(args: BuildArgs) -> Views:
     validated(args)
@@ -267,6 +269,7 @@ def _row_stride_at(buffer: torch.Tensor) -> int:
     "freed workspace handed to a step of another geometry gets rows at the old pitch",
     "history dependence",
     ("history_independent",),
+    examples=50,  # measured: the ci profile's draws beside the covering array over every pair
 )
 def _build_row_stride_kept_per_address(args: BuildArgs) -> Views:
     validated(args)

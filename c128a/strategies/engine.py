@@ -16,10 +16,11 @@ compress ratios and block sizes over their whole range, buffers placed
 inside larger allocations, an earlier step's width narrower or wider than
 the step's (:mod:`.reach` names the buckets).
 
-One step in two aims for a row of the pair schedule (:mod:`.schedule`): the
+Most steps aim for a row of the covering array (:mod:`.schedule`): the
 decisions of :func:`batches` (scale, geometry, model length, request
-counts, requests, width, padding, buffers), one function each, aim for the
-row's pair cells (:mod:`.pairs`) the unsteered step is not already in.
+counts, requests, width, padding, table, buffers, the width before), one
+function each, take the row's bucket of every dimension they decide
+(:mod:`.steering`), keeping a drawn value already in it.
 
 Every strategy shrinks towards the smallest engine step it can describe:
 fewer requests, shorter sequences, identity page numbers, no padding, the
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,7 +79,8 @@ from .engine_inputs import (
     decode_inputs,
 )
 from .reach import floors_wrong, is_power_of_two, layout_bucket
-from .pairs import PAIRS
+from . import steering
+from .constraints import INTERVALS, ROW_ALIGNMENT
 from .schedule import NO_STEER, Steer, schedule
 from .layout import (
     INDEX_BYTES,
@@ -218,24 +222,14 @@ BAND_EDGE_ONE_IN = 2
 tokens (before tail padding)."""
 
 
-def _token_hint(steer: Steer) -> tuple[int, int]:
-    """The token counts an engine-scale step's pair cell is easiest to reach
-    at: many requests need several hundred tokens, a wide block table a
-    capacity the budget affords only below about 1,800 tokens, decode rows
-    above 64 beside a prefill of 65-1,024 tokens a total of 130-1,024."""
-    low, high = 1, 1 << 62
+def _token_hint(steer: Steer, budget: SizeBudget | None = None) -> tuple[int, int]:
+    """The token counts an engine-scale step's row is easiest to reach at:
+    its decode rows and prefill tokens together, few enough for its width
+    within the budget (:func:`.steering.token_hint`), many requests a token
+    each at least."""
+    low, high = steering.token_hint(steer, budget.max_elements if budget else None)
     if steer.get("requests") == "257-512":
-        low = 290
-    if steer.get("prefill tokens") == "above 1,024":
-        low = 1_100
-    if steer.get("decode/prefill mix") == "decode only":
-        high = 3_800  # 480 decode requests of 8 tokens
-    if steer.get("block-table width M") == "above 256":
-        high = 1_700
-    if steer.get("prefill tokens") == "65-1,024":
-        high = 1_024
-        if steer.get("decode rows") == "above 64":
-            low = 500
+        low = max(low, 257)  # a token a request at least
     return low, high
 
 
@@ -266,7 +260,7 @@ def _scale(pick: int, where: int, budget: SizeBudget | None, small: _Scale,
         if tokens_wanted == "1" or (single and tokens_wanted is None):
             return dataclasses.replace(small, tokens=min(small.tokens, 1), tail_padding=False)
         return small
-    hint_low, hint_high = _token_hint(steer)
+    hint_low, hint_high = _token_hint(steer, budget)
     band = ENGINE_BANDS.get(tokens_wanted)
     if band is None:
         # A band the steer's token hint meets, else any.
@@ -286,7 +280,7 @@ def _scale(pick: int, where: int, budget: SizeBudget | None, small: _Scale,
         tokens = (low, high)[where // BAND_EDGE_ONE_IN % 2]
     least = _elements_wanted(steer, budget)
     if least:
-        tokens = _tokens_for_elements(tokens, low, high, budget, least)
+        tokens = _tokens_for_elements(tokens, low, high, budget, least, steer)
     return _Scale(
         tokens=tokens,
         max_decode_requests=min(MAX_REQUESTS - ENGINE_PREFILL_REQUESTS, tokens),
@@ -318,13 +312,27 @@ def _elements_wanted(steer: Steer, budget: SizeBudget) -> int | None:
 
 
 def _tokens_for_elements(tokens: int, low: int, high: int, budget: SizeBudget,
-                         least: int) -> int:
+                         least: int, steer: Steer = NO_STEER) -> int:
     """The token count in [low, high] nearest ``tokens`` whose widest build
-    (T x the widest C, :func:`_widest_capacity`) holds at least ``least``
+    (T x the widest C, :func:`_widest_capacity`, or the widest W the
+    steer's width bucket holds where W is not C) holds at least ``least``
     elements; ``tokens`` when none within 4,096 of it does."""
+    width = INTERVALS["width W"].get(steer.get("width W"))
+    against = steer.get("width against need")
+
+    def widest(candidate: int) -> int:
+        columns = _widest_capacity(candidate, budget)
+        if width and against == "narrower than the longest list (clamps)":
+            columns = min(columns - WIDTH_ALIGNMENT, width[1])  # any multiple of 128
+        elif width and against not in (None, "C"):
+            # The policy's widths and those above it are powers of two.
+            top = min(columns - WIDTH_ALIGNMENT, width[1], MAX_CAPACITY)
+            columns = 1 << (max(top, 1).bit_length() - 1)
+        return columns
+
     for step in range(4_096):
         for candidate in (tokens - step, tokens + step):
-            if low <= candidate <= high and candidate * _widest_capacity(candidate, budget) >= least:
+            if low <= candidate <= high and candidate * widest(candidate) >= least:
                 return candidate
     return tokens
 
@@ -637,39 +645,36 @@ def _batches(
     # Inputs as an engine hands them (.engine_inputs), in bytes drawn last:
     # an earlier choice sequence decodes to the step it did, these at zero.
     engine = is_engine_scale(shape[0], budget)
-    row = schedule_row(shape, layout_bytes, engine)
+    row = schedule_row(shape, layout_bytes + records, engine, budget)
     extras = decode_inputs(
         draw(st.binary(min_size=ENGINE_INPUT_BYTES, max_size=ENGINE_INPUT_BYTES)),
-        # Past the caps: small steps of a model length of their own (a
-        # steer whose cells the step is not in builds the steered step).
+        # Past the caps: small steps of a model length of their own, where
+        # the bytes say so or the row asks for a bucket only they reach.
         beyond_allowed=beyond_caps and not engine and max_model_len is None,
+        steer=row,
     )
-    if extras.beyond_caps:
-        unsteered = plan(NO_STEER, beyond=extras.beyond_value)
+    beyond = extras.beyond_value if extras.beyond_caps else None
     decode = functools.partial(
         _decoded, records=records, target=target, width=width,
         widths=widths, padding=padding, max_buffer_rows=max_buffer_rows, layouts=layouts,
         prior_widths=prior_widths, extras=extras)
-    batch = decode(unsteered)
-    unmet = _unmet(row, batch, budget)
-    return decode(plan(unmet)) if unmet else batch
+    batch = decode(plan(row, beyond=beyond))
+    _LAST_DRAWN.step = (batch, row)
+    return batch
 
 
-def _unmet(row: Steer, batch: Batch, budget: SizeBudget | None) -> Steer:
-    """The part of ``row`` the unsteered ``batch`` does not already meet: a
-    cell it is in, or an element count it reaches (or the budget does not
-    afford, :func:`_elements_wanted`), is left as drawn, so a steer changes
-    a step only where the row asks for something else."""
-    wants = dict(row.wants)
-    for pair in PAIRS:
-        if pair.first in wants and pair.second in wants:
-            if pair.cell_of(batch) == (wants[pair.first], wants[pair.second]):
-                del wants[pair.first], wants[pair.second]
-    if "elements T x W" in wants:
-        least = _elements_wanted(row, budget) if budget is not None else None
-        if least is None or batch.num_tokens * batch.width >= least:
-            del wants["elements T x W"]  # reached, or more than the budget affords
-    return Steer(tuple(wants.items()))
+_LAST_DRAWN = threading.local()
+"""The step this thread drew last and the row it was steered by."""
+
+
+def steer_of(batch: Batch) -> Steer:
+    """The row ``batch`` was steered by, where it is the step this thread
+    drew last (a strategy drawing right after it, as
+    :func:`~.shape_history.with_shape_history` does, steers its own part by
+    the same row), else :data:`~.schedule.NO_STEER`. The row is a function
+    of the step's bytes, so what follows stays one of the choice sequence."""
+    drawn, row = getattr(_LAST_DRAWN, "step", (None, NO_STEER))
+    return row if drawn is batch else NO_STEER
 
 
 def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buffer_rows,
@@ -684,13 +689,24 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
     model_len, capacity, block_size = plan.model_len, plan.capacity, plan.block_size
     layout_kind, layout_offset, layout_padding, prior_kind, prior_value = plan.shape_rest
     decode, prefill = _requests(_stretched(records, plan.records_size), plan.decode_count,
-                                scale, plan.min_prefill, model_len, ratio, block_size, steer)
+                                scale, plan.min_prefill, model_len, ratio, block_size, steer,
+                                plan.decode_tokens)
     if plan.beyond:
         # Past the caps, the first request reaches the model length: its
         # positions past 2^20 (or its list past 8,192 entries).
         group = decode or prefill
         if group:
             group[0] = _Request(model_len, group[0].query_len)
+    first = steer.get("first scheduled position")
+    if first == "0 (every request from its start)":
+        # New prompts: every request scheduled from position 0.
+        decode = [_Request(r.query_len, r.query_len) for r in decode]
+        prefill = [_Request(r.query_len, r.query_len) for r in prefill]
+    elif first is not None and not plan.beyond:
+        group = decode or prefill
+        if group and all(r.seq_len == r.query_len for r in decode + prefill):
+            if group[0].seq_len < model_len:
+                group[0] = _Request(group[0].seq_len + 1, group[0].query_len)
     real_positions = [p for r in decode + prefill for p in r.step().positions]
     real_requests = [i for i, r in enumerate(decode + prefill) for _ in range(r.query_len)]
     real_tokens = len(real_positions)
@@ -698,12 +714,14 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
 
     width = _width(layout, target, width, widths, max_seq_len, ratio, capacity, steer)
     tail_byte, tail_draws, inside, extra_slots = _padding_draws(
-        layout, padding and scale.tail_padding, padding, real_tokens, steer)
+        layout, padding and scale.tail_padding, padding, real_tokens, steer,
+        _last_of_longer_requests(decode + prefill))
     tail_slot = PADDING_SLOTS[tail_byte // (MAX_QUERY_TOKENS_PER_DECODE + 1) % len(PADDING_SLOTS)]
 
     # The engine's table covers the whole sequence, whatever the width.
+    table_bytes = layout.take(TABLE_BYTES)
     table = _block_table(
-        layout.take(TABLE_BYTES), [pages_for(r.seq_len, block_size, ratio) for r in decode],
+        table_bytes, [pages_for(r.seq_len, block_size, ratio) for r in decode],
         block_size=block_size,
     )
     table_width = table.width if table else 0
@@ -712,12 +730,26 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
                               decode_tail=not prefill)
         if tail_byte >= STALE_LARGE_TAIL_BYTE else None
     )
+    if stale_bound is not None and steer:
+        # The row's longest sequence bounds stale positions too.
+        stale_bound = min(stale_bound, steering.longest_range(steer, ratio)[1] - 1)
+    if table and steer:
+        # Junk columns past every row's need, after the stale bound: never read.
+        table = dataclasses.replace(table, width=steering.table_width(table.width,
+                                                                      table_bytes[0], steer))
+        table_width = table.width
+    if stale_bound is not None and steer.get("padding position") == "stale, past its request":
+        # Copies of a request's last token: a larger position is past the request.
+        last = {request: token for token, request in enumerate(real_requests)}
+        tail_draws = [(last[real_requests[source]], value) for source, value in tail_draws]
     tail_padding = [
         PaddingToken(_tail_position(real_positions[source], value, stale_bound),
                      real_requests[source], tail_slot)
         for source, value in tail_draws
     ]
     wider_table, extra_stride = layout.uint(1), layout.uint(1)
+    if steer:
+        wider_table = steering.sliced_table(wider_table, steer)
     row_stride = table_width + 1 + extra_stride % 64 if table and wider_table & 1 else 0
 
     num_tokens = real_tokens + len(tail_padding)
@@ -729,6 +761,11 @@ def _decoded(plan: "_Plan", *, records, target, width, widths, padding, max_buff
         prefill_extra = 0  # a fixed-width builder's engine sizes both buffers at C
     prior_width = (_prior_width(prior_kind, prior_value, width, capacity, target, ratio)
                    if prior_widths else 0)
+    if prior_widths and steer:
+        prior_width = steering.prior_width(
+            prior_width, prior_value, width, capacity,
+            [w for w in target_reachable_widths(target, capacity, ratio)
+             if w % WIDTH_ALIGNMENT == 0], steer)
     return applied(assemble_batch(
         [r.step() for r in decode],
         [r.step() for r in prefill],
@@ -766,6 +803,7 @@ class _Plan:
     min_prefill: int
     layout: Fields
     shape_rest: tuple[int, int, int, int, int]
+    decode_tokens: tuple[int, int] | None = None  # an engine-scale row's decode tokens
     beyond: bool = False
 
     @property
@@ -786,7 +824,7 @@ def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_
         scale = dataclasses.replace(scale, tokens=min(scale.tokens, BEYOND_CAPS_TOKENS),
                                     max_capacity=BEYOND_CAPS_CAPACITY)
     ratio, block_pick = _geometry(fields, geometries and max_model_len is None,
-                                  max_model_len is None, steer)
+                                  max_model_len is None, steer, scale.max_capacity)
     shape_rest = (fields.uint(1), fields.uint(1), fields.uint(2), fields.uint(1), fields.uint(1))
     model_len = _model_length(layout, scale, ratio, steer,
                               block_pick[0] if block_pick else BLOCK_SIZE)
@@ -794,14 +832,30 @@ def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_
         # Spread over the range: C above 8,192, or positions past 2^20.
         least, most = beyond_caps_length(beyond, ratio)
         most = min(most, MAX_CASE_MODEL_LEN)
+        if steer.get("first scheduled position") == "1,048,576 and more":
+            least = max(least, FAR_FIRST_LENGTH)
+        if steer.get("capacity past 8,192") == "above 8,192":
+            least = max(least, MAX_CAPACITY * ratio + 1)
+        least = min(least, most)
         model_len = least + (most - least) * beyond // 0xFFFF
+        if steer:
+            model_len = steering.model_length(model_len, ratio, beyond, least, most, steer)
     model_len = max_model_len or model_len
     capacity = target_capacity(target, model_len, ratio)
     block_size = _block_size(block_pick[1], block_pick[2], capacity) if block_pick else BLOCK_SIZE
-    decode_count, prefill_count, min_prefill = _request_counts(
+    if block_pick and steer:
+        block_size = steering.block_size(block_pick[1] % 5, block_size, block_pick[2], capacity,
+                                         steer)
+    decode_count, prefill_count, min_prefill, decode_tokens = _request_counts(
         layout, scale, model_len, min_decode_requests, min_prefill_requests, steer)
     return _Plan(steer, scale, ratio, model_len, capacity, block_size, decode_count,
-                 prefill_count, min_prefill, layout, shape_rest, beyond is not None)
+                 prefill_count, min_prefill, layout, shape_rest, decode_tokens,
+                 beyond is not None)
+
+
+FAR_FIRST_LENGTH = (1 << 20) + BEYOND_CAPS_TOKENS + 1
+"""The least model length whose longest request, of up to 4 tokens, is
+scheduled from position 2^20 on."""
 
 
 def _stretched(records: bytes, size: int) -> bytes:
@@ -818,33 +872,26 @@ def _stretched(records: bytes, size: int) -> bytes:
     return records + extra
 
 
-STEER_ONE_IN = 2
-"""One step in this many aims for a row of the schedule; the others (and
-every step whose geometry byte is 0, where shrinking ends) are drawn as if
-there were none."""
-
-
 GEOMETRY_PICK_AT = 3
 """Where the shape's geometry byte sits (after the scale's 3 bytes): its
 lowest bit picks whether R and B are drawn, the bits above it the steer."""
 
 
-def schedule_row(shape: bytes, layout: bytes, engine: bool) -> Steer:
-    """The row of the pair schedule (:func:`.schedule.schedule`) a step
-    aims for (one step in :data:`STEER_ONE_IN`), or
-    :data:`~.schedule.NO_STEER`: by the bits of the geometry byte that no
-    decision reads, the row by a CRC-32 of the step's shape and layout
-    bytes. No byte is drawn for it: the choice sequence of every step is
-    what it was without a schedule, an unsteered step decodes to the same
-    value, and zeros (where shrinking ends) steer nothing. The checksum
-    spreads the rows evenly although Hypothesis favours zeros and repeats
-    values it drew before (a sum of the bytes left some rows undrawn in a
-    thousand draws)."""
-    selector = shape[GEOMETRY_PICK_AT] >> 1
-    if selector % STEER_ONE_IN != STEER_ONE_IN - 1:
+def schedule_row(shape: bytes, layout: bytes, engine: bool, budget: SizeBudget | None = None
+                 ) -> Steer:
+    """The row of the covering array (:func:`.schedule.schedule`) a step
+    aims for, or :data:`~.schedule.NO_STEER`: a step whose geometry byte
+    has a bit set above the lowest (which picks whether R and B are drawn;
+    no decision reads the others) aims for the row a CRC-32 of its bytes
+    (``layout``: the layout's and the requests') picks. No byte is drawn for it: the choice sequence of
+    every step is what it was without a schedule, an unsteered step decodes
+    to the same value, and zeros (where shrinking ends) steer nothing. The
+    checksum spreads the rows evenly although Hypothesis favours zeros and
+    repeats values it drew before."""
+    if not shape[GEOMETRY_PICK_AT] >> 1:
         return NO_STEER
-    rows = schedule(engine)
-    return rows[(selector // STEER_ONE_IN + sum(shape) + sum(layout)) % len(rows)]
+    rows = schedule(engine, budget)
+    return rows[zlib.crc32(shape + layout) % len(rows)] if rows else NO_STEER
 
 
 RATIO_KINDS = {"128": 0, "1": 1, "power of two 2-64": 2, "power of two above 128": 3,
@@ -856,7 +903,8 @@ BLOCK_KINDS = {"2": 0, "1": 1, "power of two 4-128": 2, "above 128": 3,
 """The :func:`_block_size` kind of each block-size bucket."""
 
 
-def _geometry(shape: Fields, always: bool, allowed: bool, steer: Steer):
+def _geometry(shape: Fields, always: bool, allowed: bool, steer: Steer,
+              max_capacity: int = MAX_CAPACITY):
     """The step's R, and (B's kind, its value, ...) to draw B from once C is
     known (None: the engine's B). Drawn one step in :data:`GEOMETRY_ONE_IN`,
     always with ``always``, never unless ``allowed`` (a given model length:
@@ -883,48 +931,22 @@ def _geometry(shape: Fields, always: bool, allowed: bool, steer: Steer):
         block_kind = block_kind % 2
         ratio_kind = ratio_kind if wanted_ratio is not None else 0
     ratio = _ratio(ratio_kind, ratio_value)
-    if ratio_kind % 5 == 2 and steer.get("position magnitude") == "65,536-524,287":
-        ratio = 1 << (4 + ratio_value % 3)  # 16 to 64: C <= 8,192 holds such positions
+    if steer:
+        ratio = steering.ratio(ratio_kind % 5, ratio, ratio_value, steer, max_capacity)
     # The block size needs C; its smallest value bounds the model length's steer.
     least_block = {0: BLOCK_SIZE, 1: 1, 2: 4, 3: WIDTH_ALIGNMENT + 1, 4: 3}[block_kind % 5]
+    if block_kind % 5 == 4 and steer.get("float32 division by B") == "floors a column's page wrong":
+        least_block = 41  # the first block size below 128 whose reciprocal floors a page wrong
     return ratio, (least_block, block_kind, block_value)
 
 
-def _length_range(steer: Steer, ratio: int, block_size: int) -> tuple[int, int | None, bool]:
-    """(least, most or None, whether a request should reach the model length)
-    of the model length ``steer`` asks for."""
-    least, most, longest = 1, None, False
-    magnitude = steer.get("position magnitude")
-    if magnitude == "below 65,536":
-        most = 65_536
-    elif magnitude == "65,536-524,287":
-        least, most, longest = 65_537, 524_288, True
-    elif magnitude == "524,288 and more":
-        least, longest = 524_289, True
-    capacity = steer.get("capacity C")
-    if capacity == "128":
-        most = WIDTH_ALIGNMENT * ratio
-    elif capacity is not None:
-        least = max(least, WIDTH_ALIGNMENT * ratio + 1)
-    table = steer.get("block-table width M")
-    if table == "1-16":
-        most = min(most or MAX_MODEL_LEN, 12 * block_size * ratio)
-    elif table == "17-256":
-        least, longest = max(least, 17 * block_size * ratio), True
-        most = min(most or MAX_MODEL_LEN, 250 * block_size * ratio)
-    elif table == "above 256":
-        least, longest = max(least, 257 * block_size * ratio), True
-    wide = steer.get("width W")
-    if wide in ("1,024-8,191", "8,192 and more"):
-        least = max(least, (1_024 if wide == "1,024-8,191" else 8_191) * ratio + 1)
-    against = steer.get("width against need")
-    if against == "narrower than the longest list (clamps)":
-        least, longest = max(least, 2 * WIDTH_ALIGNMENT * ratio + 1), True
-    elif against == "wider than the policy's, below C":
-        least = max(least, 2 * WIDTH_ALIGNMENT * ratio + 1)
-    if steer.get("longest decode list against B") == "longer than one block":
-        least, longest = max(least, (block_size + 1) * ratio), True
-    return least, most, longest
+def _length_range(steer: Steer, ratio: int, block_size: int) -> tuple[int, int | None]:
+    """(least, most or None) of the model length ``steer`` asks for: room
+    for the sequences its buckets ask for (:func:`.steering.model_length_range`)."""
+    if not steer:
+        return 1, None
+    least, most = steering.model_length_range(steer, ratio, block_size)
+    return least, most
 
 
 ELEMENTS_AT_LEAST = {"1,048,577-8,388,608": 1_048_577, "above 8,388,608": 8_388_609}
@@ -940,11 +962,15 @@ def _model_length(layout: Fields, scale: _Scale, ratio: int, steer: Steer,
     model_len = _model_len(layout, longest, ratio)
     shortest = 1
     if scale.engine:
-        # Long enough that the step's prefill requests can hold its tokens.
-        shortest = min(longest, -(-scale.tokens // scale.max_prefill_requests))
+        # Long enough that the step's prefill requests (as few as the row's
+        # request count, where it names one) can hold its tokens.
+        requests = scale.max_prefill_requests
+        if steer.get("requests") is not None:
+            requests = max(1, min(requests, INTERVALS["requests"][steer.get("requests")][1]))
+        shortest = min(longest, -(-scale.tokens // requests))
         if model_len < shortest:
             model_len = shortest + model_len % (longest - shortest + 1)
-    least, most, _ = _length_range(steer, ratio, block_size)
+    least, most = _length_range(steer, ratio, block_size)
     least, most = max(least, shortest), min(most or longest, longest)
     elements = ELEMENTS_AT_LEAST.get(steer.get("elements T x W"))
     if elements and scale.tokens:
@@ -957,22 +983,27 @@ def _model_length(layout: Fields, scale: _Scale, ratio: int, steer: Steer,
     if steer.get("capacity C") == "a power of two above 128":
         tiles = -(-model_len // ratio // WIDTH_ALIGNMENT)
         for power in (1 << max(1, (tiles - 1).bit_length()), 1 << max(1, tiles.bit_length() - 1)):
-            if WIDTH_ALIGNMENT * ratio * power <= longest:
+            if WIDTH_ALIGNMENT * ratio * power <= longest and (
+                    not steer or WIDTH_ALIGNMENT * ratio * power >= least):
                 model_len = WIDTH_ALIGNMENT * ratio * power
                 break
     elif steer.get("capacity C") == "not a power of two":
         tiles = -(-model_len // ratio // WIDTH_ALIGNMENT)
         if is_power_of_two(tiles) and WIDTH_ALIGNMENT * ratio * (tiles + 1) <= longest:
             model_len = WIDTH_ALIGNMENT * ratio * (tiles + 1)
+    if steer:
+        model_len = steering.model_length(model_len, ratio, layout.data[0], max(least, shortest),
+                                          longest, steer)
     return model_len
 
 
 def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: int,
-                    min_prefill: int, steer: Steer) -> tuple[int, int, int]:
-    """(decode requests, prefill requests, the least prefill requests): drawn
-    in the scale's bounds, the bounds narrowed to what ``steer``'s mix,
-    decode rows, prefill tokens and request count ask for where the
-    property's own bounds allow."""
+                    min_prefill: int, steer: Steer):
+    """(decode requests, prefill requests, the least prefill requests, the
+    decode tokens an engine-scale step's row asks for or None): drawn in
+    the scale's bounds, the bounds narrowed to what ``steer``'s mix, decode
+    rows, prefill tokens and request count ask for
+    (:func:`.steering.request_ranges`) where the property's own bounds allow."""
     if scale.engine:
         # Enough prefill requests, each within the model length, for the
         # tokens that decode requests (8 tokens each at most) cannot hold.
@@ -982,40 +1013,11 @@ def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: i
     max_prefill = max(min_prefill, scale.max_prefill_requests)
     max_decode = max(min_decode, scale.max_decode_requests)
     low_d, high_d, low_p, high_p = min_decode, max_decode, min_prefill, max_prefill
-    mix, rows = steer.get("decode/prefill mix"), steer.get("decode rows")
-    prefill_tokens, requests = steer.get("prefill tokens"), steer.get("requests")
-    if mix == "decode only" or prefill_tokens == "0":
-        high_p = low_p
-    if mix == "prefill only" or rows == "0":
-        high_d = low_d
-    if mix in ("decode only", "decode + prefill") or rows in ("1-64", "above 64"):
-        low_d = max(low_d, 1)
-    if mix in ("prefill only", "decode + prefill") or prefill_tokens not in (None, "0"):
-        low_p = max(low_p, 1)
-    if rows == "1-64":
-        high_d = min(high_d, 64 // MAX_QUERY_TOKENS_PER_DECODE)
-    elif rows == "above 64":
-        low_d = max(low_d, 65)
-        if prefill_tokens == "65-1,024" and requests != "257-512":
-            high_d = min(high_d, 80)  # room left for the prefill tokens
-    if prefill_tokens in ("65-1,024", "above 1,024") and rows != "above 64":
-        high_d = min(high_d, 8)  # a long prefill beside a few decode tokens
-    if scale.engine and (mix == "decode only" or prefill_tokens in ("0", "1-64")):
-        # Decode requests (8 tokens each at most) that hold the step's tokens.
-        low_d = max(low_d, min(-(-scale.tokens // MAX_QUERY_TOKENS_PER_DECODE), high_d))
-    if requests == "1":
-        # One decode request (the pair is about its block table), or one
-        # prefill request where the property needs one.
-        if min_prefill:
-            low_d, high_d, high_p = 0, 0, 1
-        else:
-            low_d, high_d, high_p = 1, 1, 0
-    elif requests == "2-16":
-        high_d, high_p = min(high_d, 8), min(high_p, 8)
-    elif requests == "17-256":
-        low_d, high_d = max(low_d, 17), min(high_d, 224)
-    elif requests == "257-512":
-        low_d = max(low_d, 257)
+    decode_tokens = None
+    if steer:
+        if scale.engine:
+            decode_tokens = steering.decode_tokens(scale.tokens, steer, 0)
+        (low_d, high_d), (low_p, high_p) = steering.request_ranges(steer, decode_tokens, max_prefill)
     # The property's own bounds win over a steer they cannot meet.
     low_d, high_d = max(low_d, min_decode), min(high_d, max_decode)
     low_p, high_p = max(low_p, min_prefill), min(high_p, max_prefill)
@@ -1027,47 +1029,66 @@ def _request_counts(layout: Fields, scale: _Scale, model_len: int, min_decode: i
         # Prefill requests enough for what the steered decode requests leave.
         left = scale.tokens - high_d * MAX_QUERY_TOKENS_PER_DECODE
         low_p = min(max(low_p, -(-max(left, 0) // model_len)), high_p)
-    decode_count = _kept_or_between(layout.uint(2), (min_decode, max_decode), (low_d, high_d))
-    prefill_count = _kept_or_between(layout.uint(2), (min_prefill, max_prefill), (low_p, high_p))
-    return decode_count, prefill_count, low_p
+    decode_count = _kept_or_between(layout.uint(2), (min_decode, max_decode), (low_d, high_d),
+                                    zero_kept=not scale.engine)
+    wanted = steer.get("requests")
+    if wanted is not None:
+        # Prefill requests enough for the row's request count beside the decode ones.
+        least = INTERVALS["requests"][wanted][0] - decode_count
+        low_p = min(max(low_p, least), high_p)
+    prefill_count = _kept_or_between(layout.uint(2), (min_prefill, max_prefill), (low_p, high_p),
+                                     zero_kept=not scale.engine)
+    return decode_count, prefill_count, low_p, decode_tokens
 
 
-def _kept_or_between(value: int, drawn: tuple[int, int], steered: tuple[int, int]) -> int:
+def _kept_or_between(value: int, drawn: tuple[int, int], steered: tuple[int, int],
+                     zero_kept: bool = False) -> int:
     """The count ``value`` gives in the ``drawn`` range (as without a
     steer), kept when it lies in the ``steered`` one, else the count it
-    gives there: a steer moves a count only when it must."""
+    gives there: a steer moves a count only when it must. With
+    ``zero_kept`` (a small step), a zero ``value`` is never moved: the
+    steered reading of zero bytes is the unsteered one, so that shrinking
+    can drop the steer (a steered step of zero bytes would be a smaller
+    failing step than any unsteered one, and shrinking would end there)."""
     count = drawn[0] + value % (drawn[1] - drawn[0] + 1)
-    if steered[0] <= count <= steered[1]:
+    if (zero_kept and value == 0) or steered[0] <= count <= steered[1]:
         return count
     return steered[0] + value % (steered[1] - steered[0] + 1)
 
 
 def _requests(records: bytes, decode_count: int, scale: _Scale, min_prefill: int,
-              model_len: int, ratio: int, block_size: int, steer: Steer):
+              model_len: int, ratio: int, block_size: int, steer: Steer,
+              decode_tokens: tuple[int, int] | None = None):
     """(decode requests, prefill requests) from their records, within the
     scale's tokens; ``steer`` may ask for speculative decoding (several
-    tokens for the first decode request) or not, for the first request to
-    reach the model length, or for decode lists within one block."""
+    tokens for the first decode request) or not, and bounds the longest
+    sequence and the longest decode sequence (:func:`_steer_lengths`)."""
     speculative = steer.get("speculative decode")
     decode_query = 1 if speculative == "1 token a request" else MAX_QUERY_TOKENS_PER_DECODE
-    if steer.get("requests") == "257-512":
-        # Hundreds of decode requests share the step's tokens.
-        decode_query = min(decode_query, max(1, scale.tokens // 300))
-    decode_len = model_len
-    against = steer.get("longest decode list against B")
-    if against == "0 entries":
-        decode_len = min(model_len, max(ratio - 1, 1))
-    elif against == "within one block":
-        decode_len = min(model_len, (block_size + 1) * ratio - 1)
+    longest = steering.longest_range(steer, ratio) if steer else (1, model_len)
+    decode_longest = steering.decode_range(steer, ratio, block_size) if steer else (1, model_len)
+    prefill_len = max(1, min(model_len, longest[1]))
+    decode_len = max(1, min(prefill_len, decode_longest[1]))
     prefill_wanted = steer.get("prefill tokens")
+    decode_budget = scale.tokens - min_prefill
+    if decode_tokens is not None:
+        # The row's decode rows: as many decode tokens, the rest prefill,
+        # and a token at least for each decode request the row's count asks for.
+        low, high = decode_tokens
+        low = min(max(low, decode_count), high)
+        decode_budget = min(decode_budget, low + uint(records[:2]) % (high - low + 1))
+    if steer.get("requests") in ("17-256", "257-512") and decode_count:
+        # Hundreds of decode requests share the step's decode tokens: each
+        # takes no more than its share, so that all of them are drawn.
+        decode_query = min(decode_query, max(1, decode_budget // decode_count))
     decode = _requests_from_bytes(
         records[: decode_count * REQUEST_BYTES],
-        scale.tokens - min_prefill,
+        decode_budget,
         decode_query,
         decode_len,
         ratio,
         fill=scale.engine and (steer.get("decode/prefill mix") == "decode only"
-                               or prefill_wanted in ("0", "1-64")),
+                               or prefill_wanted in ("0", "1-64") or decode_tokens is not None),
     )
     room = scale.tokens - min_prefill - sum(r.query_len for r in decode)
     if (speculative == "2-8 tokens a request" and decode and decode[0].query_len == 1
@@ -1079,18 +1100,60 @@ def _requests(records: bytes, decode_count: int, scale: _Scale, min_prefill: int
         prefill_budget = min(prefill_budget, 64)
     prefill = _requests_from_bytes(
         records[decode_count * REQUEST_BYTES :], prefill_budget, scale.max_prefill_chunk,
-        model_len, ratio, fill=scale.engine,
+        prefill_len, ratio, fill=scale.engine,
     )
-    if against == "within one block" and decode and decode[0].query_len <= decode_len:
-        decode[0] = _Request(decode_len, decode[0].query_len)  # n(t) = B exactly
-    if _length_range(steer, ratio, block_size)[2]:
-        # The longest request reaches the model length: its last position is L - 1.
-        for group in (decode, prefill):
-            if group and group[0].query_len <= decode_len:
-                group[0] = _Request(max(decode_len if group is decode else model_len,
-                                        group[0].query_len), group[0].query_len)
-                break
+    if steer:
+        _steer_lengths(decode, prefill, steer, ratio, (longest[0], prefill_len),
+                       (decode_longest[0], decode_len))
     return decode, prefill
+
+
+def _steer_lengths(decode: list, prefill: list, steer: Steer, ratio: int,
+                   longest: tuple[int, int], decode_longest: tuple[int, int]) -> None:
+    """Lengthen the first requests to the row's longest sequence and longest
+    decode sequence (its bounds' lower or upper edge, by the drawn length's
+    parity), a lone token to two where the row has 2-64 tokens, and one
+    sequence to a length whose float32 quotient by R floors wrong where the
+    row asks for that."""
+
+    def reach(group: list, index: int, low: int, high: int) -> bool:
+        request = group[index]
+        if request.seq_len >= low or max(low, request.query_len) > high:
+            return request.seq_len >= low
+        target = low if request.seq_len % 2 == 0 else high
+        group[index] = _Request(max(target, request.query_len), request.query_len)
+        return True
+
+    if decode:
+        if steer.get("longest decode list against B") == "within one block":
+            decode[0] = _Request(max(decode_longest[1], decode[0].query_len), decode[0].query_len)
+        reach(decode, 0, *decode_longest)
+    if max((r.seq_len for r in decode + prefill), default=longest[0]) < longest[0]:
+        if not (decode and reach(decode, 0, longest[0], decode_longest[1])) and prefill:
+            reach(prefill, 0, *longest)
+    if steer.get("tokens T") == "2-64" and sum(r.query_len for r in decode + prefill) == 1:
+        group = decode or prefill
+        group[0] = _Request(max(group[0].seq_len, 2), 2)
+    if steering.wide_small_step(steer):
+        # Tokens enough that T x W passes 65,536 at W >= 4,096.
+        for group, most in ((prefill, steering.WIDE_TOKENS), (decode, MAX_QUERY_TOKENS_PER_DECODE)):
+            short = steering.WIDE_TOKENS - sum(r.query_len for r in decode + prefill)
+            if group and short > 0:
+                query = min(group[0].query_len + short, most)
+                group[0] = _Request(max(group[0].seq_len, query), query)
+    if steer.get("float32 division by R") == "floors a token's length wrong":
+        # The longest request of a group ends where (p + 1) / R floors wrong,
+        # still as long as the row's bounds ask.
+        for group, (low, high) in ((prefill, longest), (decode, decode_longest)):
+            if not group:
+                continue
+            index = max(range(len(group)), key=lambda i: group[i].seq_len)
+            request = group[index]
+            length = steering.wrong_multiple(ratio, max(request.query_len, low),
+                                             max(high, request.query_len))
+            if length is not None:
+                group[index] = _Request(length, request.query_len)
+                break
 
 
 WIDTH_CHOICES = {"the policy's width": 0, "narrower than the longest list (clamps)": 1,
@@ -1112,13 +1175,21 @@ def _width(layout: Fields, target, width, widths: str, max_seq_len: int, ratio: 
     aligned = capacity // WIDTH_ALIGNMENT
     choice = width_kind % 3 if widths == "any" and aligned >= 1 else 0
     against, wanted = steer.get("width against need"), steer.get("width W")
-    if steer.get("elements T x W") in ELEMENTS_AT_LEAST:
+    if against is None and steer.get("elements T x W") in ELEMENTS_AT_LEAST:
         against = "C"  # the widest build of the step
     if widths == "any" and aligned >= 1:
         if against is not None:
             choice = WIDTH_CHOICES[against]
         elif wanted is not None:
             choice = 2
+    span = INTERVALS["width W"].get(wanted) if wanted else None
+
+    def within(widths: list[int]) -> list[int]:
+        """The widths in the row's width bucket, all of them where none is
+        (the widest of them for a small step of many elements)."""
+        found = [w for w in widths if span[0] <= w <= span[1]] or widths if span else widths
+        return found[-1:] if steering.widest_width(steer) else found
+
     # A target bringing its own policy (a fixed-width builder's is W = C) is
     # drawn only at widths that policy reaches: its engine calls no other.
     reachable = target_reachable_widths(target, capacity, ratio)
@@ -1127,20 +1198,23 @@ def _width(layout: Fields, target, width, widths: str, max_seq_len: int, ratio: 
         below = [w for w in reachable if w < width]
         choice = 2 if not below else choice
         if below:
+            below = within(below) if span else below
             return below[width_value % len(below)]
     if choice == 1 and width > WIDTH_ALIGNMENT:
         # Narrower than the batch needs: n(t) = min(., W) clamps.
         narrower = width // WIDTH_ALIGNMENT - 1
-        return (1 + width_value % narrower) * WIDTH_ALIGNMENT
+        drawn = (1 + width_value % narrower) * WIDTH_ALIGNMENT
+        if span is None or (span[0] <= drawn <= span[1] and not steering.widest_width(steer)):
+            return drawn
+        options = within(list(range(WIDTH_ALIGNMENT, width, WIDTH_ALIGNMENT)))
+        return options[width_value % len(options)]
     if choice >= 1:  # any width the policy can reach, C included
         if against == "C":
             reachable = [capacity] if not own_policy or capacity in reachable else reachable
         elif against == "wider than the policy's, below C":
-            reachable = [w for w in reachable if width < w < capacity] or reachable
+            reachable = within([w for w in reachable if width < w < capacity] or reachable)
         elif wanted is not None:
-            low, high = {"128": (0, 128), "256-1,023": (256, 1_023),
-                         "1,024-8,191": (1_024, 8_191), "8,192 and more": (8_192, 1 << 62)}[wanted]
-            reachable = [w for w in reachable if low <= w <= high] or reachable
+            reachable = within(reachable)
         return reachable[width_value % len(reachable)]
     return width
 
@@ -1150,8 +1224,19 @@ PADDING_WANTS = {"none": (False, False), "tail": (True, False), "inside": (False
 """(tail padding, padding inside) of each padding bucket."""
 
 
+def _last_of_longer_requests(requests: list) -> set[int]:
+    """The tokens that end a request of two tokens or more: padding there
+    holds a position past the request's real ones."""
+    found, start = set(), 0
+    for request in requests:
+        start += request.query_len
+        if request.query_len >= 2:
+            found.add(start - 1)
+    return found
+
+
 def _padding_draws(layout: Fields, tail_allowed: bool, inside_allowed: bool,
-                   real_tokens: int, steer: Steer):
+                   real_tokens: int, steer: Steer, request_ends: set[int] = frozenset()):
     """(the tail byte, tail draws (source token, position value), padding
     inside {token: slot}, slot_mapping entries past T). CUDA-graph padding at
     the tail: stale copies of real tokens' requests with their positions or
@@ -1163,6 +1248,9 @@ def _padding_draws(layout: Fields, tail_allowed: bool, inside_allowed: bool,
     there is any at the tail and inside, where the step allows it."""
     wanted = PADDING_WANTS.get(steer.get("padding"))
     tail_byte = layout.uint(1)
+    if steer:
+        tail_byte = steering.tail_byte(tail_byte, MAX_QUERY_TOKENS_PER_DECODE + 1,
+                                       STALE_LARGE_TAIL_BYTE, steer)
     tail = tail_byte % (MAX_QUERY_TOKENS_PER_DECODE + 1)
     pads = layout.take(MAX_QUERY_TOKENS_PER_DECODE * PAD_BYTES)
     if wanted is not None:
@@ -1173,17 +1261,26 @@ def _padding_draws(layout: Fields, tail_allowed: bool, inside_allowed: bool,
         for start in range(0, tail * PAD_BYTES, PAD_BYTES)
     ]
     inside_byte = layout.uint(1)
+    if steer:
+        kinds = MAX_INSIDE_PADDING + 1
+        index = steering.slot_index(inside_byte // kinds % len(PADDING_SLOTS), steer)
+        inside_byte = (inside_byte // kinds // len(PADDING_SLOTS) * len(PADDING_SLOTS) + index) \
+            * kinds + inside_byte % kinds
     inside_count = inside_byte % (MAX_INSIDE_PADDING + 1)
     if wanted is not None:
         inside_count = max(inside_count, 1) if wanted[1] else 0
     inside_slot = PADDING_SLOTS[inside_byte // (MAX_INSIDE_PADDING + 1) % len(PADDING_SLOTS)]
     picks = layout.take(MAX_INSIDE_PADDING * INDEX_BYTES)
     inside: dict[int, int] = {}
+    if wanted == (True, False) and not tail_allowed and inside_allowed and real_tokens == 1:
+        # A lone token's padding is the token itself: at the tail.
+        inside_count, picks = 1, bytes(INDEX_BYTES)
     if inside_allowed and real_tokens:
         for start in range(0, inside_count * INDEX_BYTES, INDEX_BYTES):
             token = uint(picks[start : start + INDEX_BYTES]) % real_tokens
             if wanted is not None and wanted[1] and token == real_tokens - 1 and real_tokens > 1:
                 token -= 1  # inside: a real token comes after it
+            token = steering.inside_token(token, real_tokens, request_ends, steer)
             inside.setdefault(token, inside_slot)
     junk_count = layout.uint(1) % (MAX_JUNK_SLOTS + 1)
     junk_slots = layout.take(MAX_JUNK_SLOTS * SLOT_BYTES)
@@ -1208,9 +1305,15 @@ def _buffers(layout: Fields, drawn_layout: tuple[int, int, int], capacity: int,
     # Sometimes a wider prefill buffer: its row stride then differs from the
     # decode buffer's, so a builder that mixes the two up writes wrong rows.
     prefill_extra = 128 if layout.uint(1) % 4 == 3 else 0
+    if steer.get("buffer widths") is not None:
+        prefill_extra = 128 if steer.get("buffer widths") == "prefill wider" else 0
     if layout.offset != LAYOUT_BYTES:
         raise HarnessError(f"the layout read {layout.offset} bytes, not its {LAYOUT_BYTES}")
     kind, offset, padding = drawn_layout
+    alignment = steer.get("buffer row alignment")
+    if alignment is not None and (padding % 4 == 3) != (alignment == ROW_ALIGNMENT[0]):
+        # The row padding (1 + padding % ...) a multiple of 4 elements, or not.
+        padding = padding - padding % 4 + (3 if alignment == ROW_ALIGNMENT[0] else 0)
     wanted = steer.get("buffer layout")
     drawn = layout_bucket(*_buffer_layout(kind, offset, padding, capacity, layouts))
     if wanted is not None and layouts and wanted != drawn:

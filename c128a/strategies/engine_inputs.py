@@ -94,27 +94,71 @@ def _offset(name: str, kind: int, value: int) -> int:
     return aligned - 1 - (value >> 9) % (per_step - 1)  # 1 to per_step - 1 short of a step
 
 
-def decode_inputs(data: bytes, *, beyond_allowed: bool) -> EngineInputs:
+PLACEMENT_KINDS = {"offset 0": 0, "offset, 16-byte aligned": 2, "offset, not 16-byte aligned": 3}
+"""The :func:`_offset` kind of each placement bucket (:mod:`.reach`)."""
+
+PLACEMENT_DIMENSIONS = {"positions": "positions placement",
+                        "token_to_req_indices": "token_to_req_indices placement",
+                        "slot_mapping": "slot_mapping placement",
+                        "block_table": "block table placement"}
+
+SLOT_KINDS = {"the token's position": 0, "a page's slot, below 2^31": 1,
+              "a page's slot, 2^31 and above": 2}
+SHARED_KINDS = {"unique pages": 0, "shared leading pages": 1, "the null block 0, shared": 2}
+
+
+def _steered_kind(kind: int, wanted: str | None, kinds: dict[str, int], of) -> int:
+    """``kind`` where the row names no bucket or ``of(kind)`` is already its
+    kind, else the bucket's kind (the row steers; :mod:`.schedule`)."""
+    if wanted is None or of(kind) == kinds[wanted]:
+        return kind
+    return kinds[wanted]
+
+
+def decode_inputs(data: bytes, *, beyond_allowed: bool, steer=None) -> EngineInputs:
     """The :class:`EngineInputs` of :data:`ENGINE_INPUT_BYTES` bytes; zeros
-    give the engine's usual step (every default)."""
+    give the engine's usual step (every default). A row of the covering
+    array (``steer``, :class:`~.schedule.Steer`) takes each input's
+    placement, the slot ids, the shared pages and a narrower prefill buffer
+    where it names them, and places the step past the caps where the
+    bytes say so or it asks for a capacity above 8,192 or a first position
+    from 2^20 on."""
     fields = Fields(data)
+    steer = steer or {}
     offsets = {}
     for name in PLACED_INPUTS:
         kind, value = fields.uint(1), fields.uint(2)
+        kind = _steered_kind(kind, steer.get(PLACEMENT_DIMENSIONS[name]), PLACEMENT_KINDS,
+                             lambda k: k % 4 if k % 4 >= HALF_OR_MORE else 0)
         offsets[name] = _offset(name, kind, value)
     slot_kind, slot_seed = fields.uint(1) % 4, fields.uint(4)
+    slot_kind = max(slot_kind - 1, 0)
+    slot_kind = _steered_kind(slot_kind, steer.get("slot ids"), SLOT_KINDS, lambda k: k)
     shared_kind, shared_pages = fields.uint(1) % 4, fields.uint(2)
+    shared_kind = max(shared_kind - 1, 0)
+    shared_kind = _steered_kind(shared_kind, steer.get("shared pages"), SHARED_KINDS,
+                                lambda k: k)
     beyond_kind, beyond_value = fields.uint(1), fields.uint(2)
+    beyond = beyond_kind % BEYOND_CAPS_ONE_IN == BEYOND_CAPS_ONE_IN - 1
+    # Past the caps where the bytes say so (as unsteered), or the row asks.
+    beyond = beyond or steer.get("capacity past 8,192") == "above 8,192" or steer.get(
+        "first scheduled position") == "1,048,576 and more"
     widths_kind, fewer = fields.uint(1), fields.uint(1)
+    narrower = 1 + fewer % 4 if widths_kind % 4 == 3 else 0
+    wanted_widths = steer.get("buffer widths")
+    if wanted_widths == "decode wider":
+        narrower = 1 + fewer % 4
+    elif wanted_widths is not None:
+        narrower = 0
     return EngineInputs(
         placement=InputPlacement(**offsets),
-        slot_kind=max(slot_kind - 1, 0),
+        slot_kind=slot_kind,
         slot_seed=slot_seed,
-        shared_kind=max(shared_kind - 1, 0),
+        shared_kind=shared_kind,
         shared_pages=shared_pages,
-        beyond_caps=beyond_allowed and beyond_kind % BEYOND_CAPS_ONE_IN == BEYOND_CAPS_ONE_IN - 1,
+        beyond_caps=beyond_allowed and beyond,
         beyond_value=beyond_value,
-        narrower_prefill=1 + fewer % 4 if widths_kind % 4 == 3 else 0,
+        narrower_prefill=narrower,
     )
 
 

@@ -1,18 +1,32 @@
-"""The pair schedule: rows of pair cells that steered steps aim for.
+"""The covering array: rows of buckets that steered steps aim for.
 
-A covering schedule in the spirit of combinatorial testing (NIST ACTS,
-Microsoft PICT): every allowed cell of every pair (:mod:`.pairs`) lies in a
-row of :func:`schedule`, rows packing one cell of each pair where the
-constraints allow (:func:`_consistent`). One step in
-:data:`~c128a.strategies.engine.STEER_ONE_IN` takes a row; the row's buckets
-become a :class:`Steer`, which each decision of
+A strength-2 covering array as NIST ACTS and Microsoft PICT build one, with
+strength 3 where a kernel branches on three dimensions at once
+(:data:`~.pairs.TRIPLES`): every allowed cell of every interaction
+(:mod:`.pairs`) lies in some row of :func:`covering_array`, and every row
+is one step the constraint model (:mod:`.constraints`) allows, a bucket for
+every dimension. The rows are built greedily, as AETG and PICT build them:
+a row starts from the interaction with the most cells not yet covered, and
+each other dimension takes the bucket that covers the most cells not yet
+covered beside the buckets already chosen, among those the rules leave
+(:meth:`~.solver.Network.complete`). The array is a pure function of the
+model: deterministic, built once per process at first use.
+
+A step whose geometry byte has a steer bit set (about two in three; zeros,
+where shrinking ends, never) takes a row
+(:func:`~c128a.strategies.engine.schedule_row`); the row becomes a
+:class:`Steer`, which each decision of
 :func:`~c128a.strategies.engine.batches` consults (the token band, the
 decode and prefill request counts, R and B, the model length, the width,
-the buffer layout, padding, speculative decoding); every other decision is
-drawn as before. A row only steers: a bucket a decision cannot reach for
-the step's scale or configuration (a given ``max_model_len``, widths of
-the policy only) is left to chance, and the reach tests count what was
-drawn, never what was asked for.
+the buffer layout, padding, speculative decoding, the block table, the
+width and shape of the step built before); each picks a value inside the
+row's bucket where its step allows, and keeps the drawn one where that is
+already in it. A bucket a decision cannot reach for the step's scale or
+configuration (a given ``max_model_len``, widths of the policy only) is
+left to chance: the reach tests count what was drawn, never what was asked
+for. Boundary values inside each bucket come from the decisions' own edges
+((p + 1) % R in {0, 1}, powers of two and one past, a band's first and last
+token count).
 
 Why the row is read from bytes already drawn. The value Hypothesis
 generates must stay a pure function of its choice sequence: shrinking,
@@ -27,22 +41,36 @@ of the shape that no decision reads
 how many bytes are drawn: an unsteered step is the step the bytes gave
 before the schedule existed. Steering toward cells not yet drawn lives
 where it cannot change the mapping: ``c128a fuzz`` scores each example with
-``target()`` by the pair cells it drew first in that worker
+``target()`` by the cells it drew first in that worker
 (:mod:`c128a.runners.fuzz.worker`), which guides Hypothesis's search and
 never what a choice sequence decodes to.
 
 A step's scale (small or engine-scale, :mod:`.budget`) comes first, at the
-budget's rate, and its row is taken among those its scale can reach: the
-schedule never changes how many engine-scale steps a run builds.
+budget's rate, and its row is taken among those of its scale: the small
+rows cover the cells a small step can be in, the engine-scale rows those
+only an engine-scale step can; the schedule never changes how many
+engine-scale steps a run builds.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass
 
-from .pairs import ALLOWED, ENGINE_ONLY, PAIRS
+from ..failures import HarnessError
+from .constraints import (
+    ANY_WIDTH,
+    ENGINE_SCALE,
+    HIDDEN,
+    NOT_APPLICABLE,
+    SCALE,
+    SMALL,
+    WIDTHS,
+    model,
+    sizes_of,
+)
+from .pairs import INTERACTIONS, expected_cells
+from .solver import Contradiction, bits
 
 
 @dataclass(frozen=True)
@@ -52,7 +80,10 @@ class Steer:
     wants: tuple[tuple[str, str], ...] = ()
 
     def get(self, dimension: str) -> str | None:
-        return dict(self.wants).get(dimension)
+        for name, bucket in self.wants:
+            if name == dimension:
+                return bucket
+        return None
 
     def __bool__(self) -> bool:
         return bool(self.wants)
@@ -61,119 +92,111 @@ class Steer:
 NO_STEER = Steer()
 
 
-def _needs_engine_scale(wants: dict[str, str]) -> bool:
-    return any(bucket in ENGINE_ONLY.get(name, ()) for name, bucket in wants.items())
+def covering_array(engine: bool, budget=None) -> tuple[dict[str, str], ...]:
+    """The rows (dimension -> bucket, :data:`~.constraints.NOT_APPLICABLE`
+    where a dimension does not apply) covering every allowed cell of every
+    interaction a step of this scale is for under ``budget`` (a small
+    step's: the cells a small step can be in; an engine-scale step's: those
+    only it can)."""
+    return _covering_array(engine, sizes_of(budget))
 
 
-def _consistent(wants: dict[str, str]) -> bool:
-    """Whether one step can be in every bucket of ``wants`` at once (the
-    schedule's constraints, as PICT's): a step without tokens in nothing
-    else; one token in one request, without padding or speculation; the mix
-    against decode rows, prefill tokens and what needs decode rows; tokens
-    against prefill tokens; requests and a block table against decode rows."""
-    mix, rows = wants.get("decode/prefill mix"), wants.get("decode rows")
-    prefill, tokens = wants.get("prefill tokens"), wants.get("tokens T")
-    needs_decode = any(name in wants for name in (
-        "requests", "block-table width M", "longest decode list against B", "speculative decode"))
-    if tokens == "0" or mix == "no tokens" or (rows == "0" and prefill == "0"):
-        return set(wants) <= {"tokens T", "decode/prefill mix"} or (
-            set(wants) <= {"decode rows", "prefill tokens"})
-    if tokens == "1" and (
-            wants.get("requests") not in (None, "1")
-            or wants.get("speculative decode") not in (None, "1 token a request")
-            or wants.get("padding") not in (None, "none")):
-        return False
-    if (wants.get("padding") in ("inside", "tail and inside") and wants.get("requests") == "1"
-            and wants.get("speculative decode") == "1 token a request"):
-        return False  # padding inside needs a real token after it
-    if wants.get("requests") == "1" and (
-            mix == "decode + prefill" or (rows not in (None, "0") and prefill not in (None, "0"))):
-        return False
-    if mix == "decode only" and prefill not in (None, "0"):
-        return False
-    if mix == "prefill only" and (rows not in (None, "0") or needs_decode):
-        return False
-    if mix == "decode + prefill" and "0" in (rows, prefill):
-        return False
-    if rows == "0" and (mix not in (None, "prefill only") or needs_decode):
-        return False
-    if prefill == "0" and mix not in (None, "decode only"):
-        return False
-    if tokens == "65-1,024" and prefill == "above 1,024":
-        return False
-    if tokens == "above 8,192" and prefill not in (None, "above 1,024"):
-        return False
-    if tokens == "1,025-8,192" and prefill in ("0", "1-64", "65-1,024") and rows != "above 64":
-        return False
-    if wants.get("requests") in ("17-256", "257-512") and rows not in (None, "above 64"):
-        return False
-    if wants.get("block-table width M") == "above 256" and tokens == "above 8,192":
-        return False  # 257 pages need a capacity the budget affords below ~1,800 tokens
-    return True
+@functools.lru_cache(maxsize=8)
+def _covering_array(engine: bool, budget) -> tuple[dict[str, str], ...]:
+    the_model = model(budget)
+    targets: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+    for interaction in INTERACTIONS:
+        scope = tuple(the_model.index(d) for d in interaction.dimensions)
+        cells = expected_cells({}, budget, engine)[interaction.name]
+        targets[scope] = {tuple(the_model.values[v].index(b) for v, b in zip(scope, cell))
+                          for cell in cells}
+    try:
+        domains = the_model.restricted({SCALE: (ENGINE_SCALE if engine else SMALL,),
+                                        WIDTHS: (ANY_WIDTH,)})
+    except Contradiction:
+        return ()
+    rows = _greedy(the_model.network, domains, targets)
+    return tuple({name: values[value] for name, values, value in
+                  zip(the_model.names, the_model.values, row)} for row in rows)
 
 
-def _conflicts(*names: str) -> frozenset:
-    return frozenset(frozenset(pair) for pair in itertools.combinations(names, 2))
+COVERAGE = 6
+"""Rows each allowed cell lies in, each another combination of the other
+dimensions: a row is one step of every bucket it names only as far as the
+steering can realise them all at once (a decision that cannot meet one
+bucket beside another leaves one to chance), so a cell gets a second row
+whose other buckets differ."""
 
 
-TOKENS_MIX, ROWS_PREFILL = "tokens T x decode/prefill mix", "decode rows x prefill tokens"
-BLOCK_LIST, RATIO_POSITION = ("block size B x longest decode list against B",
-                              "compress ratio R x position magnitude")
-REQUESTS_TABLE, LAYOUT_WIDTH = ("requests x block-table width M",
-                                "buffer layout x width against need")
-CAPACITY_WIDTH = "capacity C x width W"
+def _greedy(network, domains, targets, coverage: int = COVERAGE) -> list[list[int]]:
+    """Rows of one value a variable covering every cell of ``targets``
+    (scope -> value tuples) ``coverage`` times, AETG's way: each row seeded
+    with the first cell still wanted of the scope with the most left, every
+    other variable given the value that covers the most cells still wanted
+    beside those already chosen, the rules kept."""
+    wanted = {scope: dict.fromkeys(cells, coverage) for scope, cells in targets.items() if cells}
+    involving: dict[int, list[tuple[int, ...]]] = {}
+    for scope in wanted:
+        for v in scope:
+            involving.setdefault(v, []).append(scope)
+    order = sorted(range(len(domains)),
+                   key=lambda v: (-sum(len(wanted[s]) for s in involving.get(v, ())), v))
 
-CONFLICTS = (
-    _conflicts(TOKENS_MIX, ROWS_PREFILL, REQUESTS_TABLE)  # the request counts
-    | _conflicts(RATIO_POSITION, CAPACITY_WIDTH, BLOCK_LIST, REQUESTS_TABLE)  # the model length
-    | _conflicts(CAPACITY_WIDTH, LAYOUT_WIDTH, BLOCK_LIST, RATIO_POSITION)  # W against C
-    | _conflicts(BLOCK_LIST, REQUESTS_TABLE, LAYOUT_WIDTH)  # the decode lists' lengths
-)
-"""Pairs whose cells a row does not combine: both steer one decision (named
-beside each group), so one cell's bucket would undo the other's about as
-often as not."""
+    def choose(v: int, current: list[int]) -> list[int]:
+        def gain(value: int) -> int:
+            count = 0
+            for scope in involving.get(v, ()):
+                left = wanted.get(scope)
+                if not left:
+                    continue
+                cell = []
+                for u in scope:
+                    if u == v:
+                        cell.append(value)
+                    elif current[u] & (current[u] - 1) == 0:
+                        cell.append(current[u].bit_length() - 1)
+                    else:
+                        break
+                else:
+                    count += left.get(tuple(cell), 0)
+            return count
+        return sorted(bits(current[v]), key=lambda value: (-gain(value), value))
 
-
-@functools.lru_cache(maxsize=4)
-def schedule(engine: bool) -> tuple[Steer, ...]:
-    """Rows covering the allowed cells of every pair a step of this scale is
-    for (a small step's: the cells without an engine-only bucket; an
-    engine-scale step's: those with one), simplest first (by the buckets'
-    order within their dimensions, then by pair), packed greedily: a row
-    takes one cell of each pair where the constraints (:func:`_consistent`)
-    allow and the pairs steer different decisions (:data:`CONFLICTS`), so a
-    few steered draws cover many cells."""
-    cells = []
-    for order, pair in enumerate(PAIRS):
-        pair_cells = pair.cells()
-        first = {b: i for i, b in enumerate(dict.fromkeys(a for a, _ in pair_cells))}
-        second = {b: i for i, b in enumerate(dict.fromkeys(b for _, b in pair_cells))}
-        for a, b in pair_cells:
-            if pair.status((a, b))[0] != ALLOWED:
-                continue
-            wants = {pair.first: a, pair.second: b}
-            if _needs_engine_scale(wants) == engine:
-                cells.append((first[a] + second[b], order, pair.name, wants))
-    cells.sort(key=lambda cell: cell[:2])
-    ordered = [(name, wants) for _, _, name, wants in cells]
     rows = []
-    while ordered:
-        name, row = ordered.pop(0)
-        row, names = dict(row), {name}
-        for name, wants in list(ordered):
-            if (set(wants).isdisjoint(row) and _consistent({**row, **wants})
-                    and not any(frozenset((name, other)) in CONFLICTS for other in names)):
-                row.update(wants)
-                names.add(name)
-                ordered.remove((name, wants))
-        # An engine-scale row without a block-table cell also aims for many elements.
-        elements = ENGINE_ELEMENTS[len(rows) % len(ENGINE_ELEMENTS)]
-        if engine and "block-table width M" not in row:
-            row["elements T x W"] = elements
-        rows.append(Steer(tuple(row.items())))
-    return tuple(rows)
+    while wanted:
+        seed_scope = max(wanted, key=lambda s: (sum(wanted[s].values()), -s[0]))
+        seed = max(wanted[seed_scope], key=lambda cell: (wanted[seed_scope][cell], [-v for v in cell]))
+        try:
+            start = network.fix(domains, dict(zip(seed_scope, seed)))
+            row = network.complete(start, order, choose)
+        except Contradiction:
+            row = None
+        if row is None:
+            raise HarnessError(f"the constraint model allows cell {seed} of variables "
+                               f"{seed_scope} but no step has it: a rule is missing")
+        values = [mask.bit_length() - 1 for mask in row]
+        for scope in list(wanted):
+            cell = tuple(values[v] for v in scope)
+            if cell in wanted[scope]:
+                wanted[scope][cell] -= 1
+                if not wanted[scope][cell]:
+                    del wanted[scope][cell]
+            if not wanted[scope]:
+                del wanted[scope]
+        rows.append(values)
+    return rows
 
 
-ENGINE_ELEMENTS = ("above 8,388,608", "1,048,577-8,388,608")
-"""The elements T x W engine-scale rows aim for in turn, beside their cells
-(a GPU's budget reaches above 8,388,608; the interpreter's stops below)."""
+def schedule(engine: bool, budget=None) -> tuple[Steer, ...]:
+    """The rows of :func:`covering_array` as steers (the dimensions that
+    apply, the step's scale left out: it is decided first)."""
+    return _schedule(engine, sizes_of(budget))
+
+
+@functools.lru_cache(maxsize=8)
+def _schedule(engine: bool, budget) -> tuple[Steer, ...]:
+    return tuple(
+        Steer(tuple((name, bucket) for name, bucket in row.items()
+                    if name not in HIDDEN and bucket != NOT_APPLICABLE))
+        for row in covering_array(engine, budget)
+    )

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from ..contract import WIDTH_ALIGNMENT
 from ..step import MAX_BUFFER_ELEMENTS, MAX_BUFFER_ROWS, Batch, PriorStep
+from . import steering
+from .engine import steer_of
 from .history import engine_batch
 from .layout import Fields
 from .reach import ROW_BLOCK, blocks
@@ -97,6 +99,19 @@ def with_shape_history(draw, steps: st.SearchStrategy[Batch]) -> Batch:
     kinds = [fields.uint(1) for _ in range(5)]
     values = [fields.uint(2) for _ in range(4)]
     decode_kind, prefill_kind, geometry_kind, placement_kind, split_kind = kinds
+    steer = steer_of(batch)
+    if steer:
+        # The row the step was steered by steers its history too.
+        decode_kind = steering.history_kind(decode_kind, "decode rows history",
+                                            steering.ROW_KINDS, steer)
+        prefill_kind = steering.history_kind(prefill_kind, "prefill rows history",
+                                             steering.ROW_KINDS, steer)
+        geometry_kind = steering.history_kind(geometry_kind, "geometry history",
+                                              steering.GEOMETRY_KINDS, steer)
+        placement_kind = steering.history_kind(placement_kind, "layout history",
+                                               steering.PLACEMENT_KINDS, steer)
+        split_kind = steering.same_tokens(split_kind, steer)
+        split_kind = steering.address_reuse(split_kind, REUSE_ONE_IN, steer)
     decode = _rows(decode_kind, values[0], batch.num_decode_tokens)
     prefill = _rows(prefill_kind, values[1], batch.num_prefill_tokens)
     if split_kind % SAME_T_ONE_IN == SAME_T_ONE_IN - 1 and decode <= batch.num_tokens:
