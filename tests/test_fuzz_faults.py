@@ -371,13 +371,20 @@ def test_a_failure_still_shrinking_at_the_deadline_ends_the_run_by_it(tmp_path, 
     for a 30 s run with -x.)"""
     monkeypatch.syspath_prepend(str(TESTS))
     minutes = 0.2  # room for the first failure on a loaded machine
-    config = make_config(tmp_path, target="fault_targets:slow_failing", max_examples=None,
-                         minutes=minutes, example_timeout=60.0, exitfirst=True,
-                         properties=FAULTS_SPEC)
-    started = time.monotonic()
-    report = fuzz.run_fuzz(config)
-    took = time.monotonic() - started
-    assert took < minutes * 60 + supervisor.STOP_GRACE_S + BOUND_SLACK_S, took
+    for _ in range(3):
+        config = make_config(tmp_path, target="fault_targets:slow_failing", max_examples=None,
+                             minutes=minutes, example_timeout=60.0, exitfirst=True,
+                             properties=FAULTS_SPEC)
+        started = time.monotonic()
+        report = fuzz.run_fuzz(config)
+        took = time.monotonic() - started
+        assert took < minutes * 60 + supervisor.STOP_GRACE_S + BOUND_SLACK_S, took
+        if report["totals"]["failures"]:
+            break
+        # A loaded host (a GPU machine's 16 xdist workers) ran two passing
+        # examples in 12 s and no failing one: this case needs a failure
+        # found before the deadline, so it runs again with twice the time.
+        minutes *= 2
     assert report["exit_status"] == 1 and report["status"] == "failures", report
     [entry] = report["cases"]
     assert entry["shrunk"] is False and "shrinking was cut short" in entry["note"], entry
