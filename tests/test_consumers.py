@@ -43,7 +43,9 @@ def test_consumer_mutant_is_killed(c128a_device, name):
         assert outcome.killed, f"mutant {name} ({mutant.description}) survived {prop}: {outcome.cell()}"
 
 
-@pytest.mark.parametrize("spec", ["triton", "reference-inert"])
+# triton, the default target, runs both properties in this session's
+# conformance suite (c128a/conformance), with more examples than the matrix.
+@pytest.mark.parametrize("spec", ["reference-inert"])
 def test_correct_target_survives(c128a_device, spec):
     for prop, outcome in _outcomes(load_target(spec), c128a_device, PIPELINE).items():
         assert not outcome.killed and not outcome.errored, (prop, outcome.message)
