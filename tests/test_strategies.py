@@ -12,6 +12,7 @@ import torch
 from hypothesis import find, given, settings, strategies as st
 
 from c128a.checks import PROPERTIES
+from c128a.contract import BLOCK_SIZE, COMPRESS_RATIO
 from c128a.failures import BadArgument
 from c128a.step import PAGE_PRIME, Batch, PermutedBlockTable
 from c128a.strategies import HISTORICAL_BATCHES, batches
@@ -133,6 +134,19 @@ def test_strategies_draw_valid_steps(batch):
 @given(batch=PROPERTIES["matches_oracle"].strategy(None, 512))
 def test_strategies_draw_valid_large_steps(batch):
     batch.validate()
+
+
+@settings(QUIET, max_examples=300)
+@given(batch=PROPERTIES["compile_keys"].strategy(None, None))
+def test_one_engine_configuration_a_step_with_its_own_model_length(batch):
+    """compile_keys' steps keep the engine's R and B, while the model
+    length is the step's own draw (which its row steers)."""
+    assert (batch.compress_ratio, batch.block_size) == (COMPRESS_RATIO, BLOCK_SIZE)
+
+
+def test_drawing_every_geometry_and_the_engines_only_is_refused():
+    with pytest.raises(BadArgument, match="pass one"):
+        batches(geometries=True, engine_geometry=True)
 
 
 def test_historical_batches_are_valid():

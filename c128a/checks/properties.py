@@ -32,7 +32,7 @@ from hypothesis.strategies import SearchStrategy
 from ..contract import target_reachable_widths, target_width
 from ..hypothesis_private import add_digest
 from ..step import Batch, Buffers, build
-from ..strategies import HISTORICAL_BATCHES, batches, max_model_lens
+from ..strategies import HISTORICAL_BATCHES, batches
 from ..strategies.budget import SizeBudget, size_budget
 from ..strategies.explicit_examples import KERNEL_EXAMPLES, LAYOUT_EXAMPLES
 from ..strategies.shape_history import SHAPE_HISTORY_EXAMPLES, with_shape_history
@@ -277,10 +277,12 @@ def decode_only_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Ba
 
 def engine_config_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     """Steps of one engine configuration each (a drawn max_model_len, the
-    engine's R and B), at the policy's width: what the warm-up is for."""
-    return max_model_lens().flatmap(
-        lambda model_len: batches(target, max_model_len=model_len, widths="policy",
-                                  **_token_budget(max_tokens, None)))
+    engine's R and B, within the engine's caps), at the policy's width: what
+    the warm-up is for. The model length is the step's own draw, so that a
+    row of the covering array steers it (a width of 8,192 needs one of
+    4,096 R at least)."""
+    return batches(target, widths="policy", engine_geometry=True, beyond_caps=False,
+                   **_token_budget(max_tokens, None))
 
 
 def _needs_keyed_launchers(target) -> str | None:

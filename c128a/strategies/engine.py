@@ -515,6 +515,7 @@ def batches(
     widths: str = "any",
     width: int | None = None,
     geometries: bool = False,
+    engine_geometry: bool = False,
     budget: SizeBudget | None = None,
     layouts: bool = True,
     prior_widths: bool = False,
@@ -546,7 +547,9 @@ def batches(
       three steps in four, else drawn over their whole range (powers of two
       and not, B above 128 up to C, values whose float32 reciprocal divides
       wrong); always drawn with ``geometries=True``, never when
-      ``max_model_len`` is given (steps sharing buffers share R);
+      ``max_model_len`` is given (steps sharing buffers share R) or with
+      ``engine_geometry=True`` (one engine configuration, its model length
+      drawn and steered with the step);
     - with ``layouts`` (the default) half the steps place their buffers as
       an engine's workspace may: at a storage offset, with a row stride above
       their columns, or all three in one allocation (:class:`~c128a.step.BufferLayout`);
@@ -581,6 +584,8 @@ def batches(
         "and tail padding in a step a case can hold",
     )
     check(widths in WIDTHS, f"widths={widths!r} must be one of {', '.join(map(repr, WIDTHS))}")
+    check(not (geometries and engine_geometry),
+          "geometries=True draws R and B for every step, engine_geometry=True never: pass one")
     check(
         0 <= min_decode_requests <= max_decode_requests
         and 0 <= min_prefill_requests <= max_prefill_requests,
@@ -604,6 +609,7 @@ def batches(
         widths=widths,
         width=width,
         geometries=geometries,
+        engine_geometry=engine_geometry,
         budget=budget,
         layouts=layouts,
         prior_widths=prior_widths,
@@ -625,6 +631,7 @@ def _batches(
     widths,
     width,
     geometries,
+    engine_geometry,
     budget,
     layouts,
     prior_widths,
@@ -637,7 +644,7 @@ def _batches(
     plan = functools.partial(
         _plan, shape, layout_bytes, target=target, max_model_len=max_model_len, small=small,
         min_decode_requests=min_decode_requests, min_prefill_requests=min_prefill_requests,
-        geometries=geometries, budget=budget)
+        geometries=geometries, engine_geometry=engine_geometry, budget=budget)
     # The records' size is the unsteered step's: a steer never changes what
     # is drawn, only what the bytes decode to (.schedule says why).
     unsteered = plan(NO_STEER)
@@ -813,7 +820,7 @@ class _Plan:
 
 def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_len, small,
           min_decode_requests, min_prefill_requests, geometries, budget,
-          beyond: int | None = None) -> _Plan:
+          engine_geometry: bool = False, beyond: int | None = None) -> _Plan:
     """The step's :class:`_Plan` from its shape and layout bytes under
     ``steer``; with ``beyond`` (a value to draw it from) a model length past
     the engine's caps, and a few tokens (:mod:`.engine_inputs`)."""
@@ -823,8 +830,9 @@ def _plan(shape: bytes, layout_bytes: bytes, steer: Steer, *, target, max_model_
     if beyond is not None:
         scale = dataclasses.replace(scale, tokens=min(scale.tokens, BEYOND_CAPS_TOKENS),
                                     max_capacity=BEYOND_CAPS_CAPACITY)
-    ratio, block_pick = _geometry(fields, geometries and max_model_len is None,
-                                  max_model_len is None, steer, scale.max_capacity)
+    drawn_geometry = max_model_len is None and not engine_geometry
+    ratio, block_pick = _geometry(fields, geometries and drawn_geometry, drawn_geometry, steer,
+                                  scale.max_capacity)
     shape_rest = (fields.uint(1), fields.uint(1), fields.uint(2), fields.uint(1), fields.uint(1))
     model_len = _model_length(layout, scale, ratio, steer,
                               block_pick[0] if block_pick else BLOCK_SIZE)
