@@ -221,12 +221,13 @@ def steps_with_decode(target, max_tokens=None, budget=None) -> SearchStrategy[Ba
 
 def views_steps(target, max_tokens=None, budget=None) -> SearchStrategy[Batch]:
     # Half the steps speculative with more decode rows than one 64-row block
-    # (vllm#53574: a consumer checks contiguity only above 64 rows).
+    # (vllm#53574: a consumer checks contiguity only above 64 rows); both
+    # halves engine-scale at the budget's rate.
     many = max(max_tokens or 0, 96)
     return st.one_of(
         engine_steps(target, max_tokens, budget),
         batches(target, max_tokens=many, min_decode_requests=12, max_decode_requests=16,
-                max_prefill_requests=1, max_prefill_chunk=8),
+                max_prefill_requests=1, max_prefill_chunk=8, budget=budget),
     )
 
 

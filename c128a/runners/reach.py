@@ -128,7 +128,7 @@ LEAST_CELL_SHARE = 0.99
 reach draws must draw (1,000 draws, and the engine-scale draws for the
 cells only engine-scale steps reach). The buckets, and the cells the
 contract forbids (never drawn), are held exactly; the cells are not yet:
-0.2 to 0.95% of a property's cells stay undrawn in its reach draws under
+0.2 to 0.85% of a property's cells stay undrawn in its reach draws under
 either budget, where the steering does not realise a row's every bucket
 at once and no other row of the cell's six is drawn (most of them beside
 a block size whose float32 reciprocal floors a column's page wrong, or
